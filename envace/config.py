@@ -1,0 +1,123 @@
+"""Validated configs, one per entry point, loaded from YAML with `key=value` overrides.
+
+Every field carries a one-line description. Validation happens at construction: a bad value raises a
+`ConfigError` (a `ValueError`) naming the field, the value and the fix. The resolved config is saved
+beside every run (`save_resolved`). Configs are pydantic models; overrides are merged with OmegaConf so
+`a.b=3` and `roles.act.temperature=0.7` work on nested sections.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from omegaconf import OmegaConf
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+C = TypeVar("C", bound="BaseConfig")
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; the message names the field, the value and the fix."""
+
+
+class BaseConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
+
+    def flat(self) -> dict[str, Any]:
+        """Dotted-key view of the resolved config (for MLflow params)."""
+        out: dict[str, Any] = {}
+
+        def walk(prefix: str, value: Any) -> None:
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    walk(f"{prefix}.{k}" if prefix else k, v)
+            else:
+                out[prefix] = value
+
+        walk("", self.model_dump(mode="json"))
+        return out
+
+    def save_resolved(self, directory: str | Path, name: str = "config.yaml") -> Path:
+        path = Path(directory) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
+        return path
+
+    def digest(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _explain(exc: ValidationError, cls: type[BaseModel], source: str) -> ConfigError:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        value = err.get("input")
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            fix = f"remove it or check the spelling; valid keys are listed in {cls.__name__}"
+        else:
+            fix = "set a value that satisfies the constraint"
+        lines.append(f"{source}: field '{loc}' = {value!r}: {msg}; {fix}")
+    return ConfigError("\n".join(lines))
+
+
+def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value; write e.g. train.steps=10")
+    return OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)), resolve=True)  # type: ignore[return-value]
+
+
+def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                **values: Any) -> C:
+    """Build `cls` from a YAML file (optional), then `key=value` overrides, then keyword values."""
+    base = OmegaConf.create({})
+    source = "defaults"
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist; pass a YAML path (see configs/)")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
+        base = OmegaConf.create(loaded)
+        source = str(p)
+    merged = OmegaConf.merge(base, OmegaConf.create(parse_overrides(overrides)), OmegaConf.create(values))
+    data = OmegaConf.to_container(merged, resolve=True)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc, cls, source) from None
+
+
+# ----- shared sections -------------------------------------------------------------------------
+
+
+class SamplingConfig(BaseConfig):
+    temperature: float = Field(1.0, ge=0.0, le=10.0, description="Sampling temperature; 0 means greedy.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(64, ge=1, description="Most tokens one generation may write.")
+
+
+class RolloutConfig(BaseConfig):
+    mode: Literal["rehearse", "env", "simulator"] = Field(
+        "rehearse", description="Observation source: rehearse (EnvACE), env (real GRPO), simulator (act-only).")
+    act: SamplingConfig = Field(default_factory=lambda: SamplingConfig(max_new_tokens=64),
+                                description="Sampling for the Act role.")
+    rehearse: SamplingConfig = Field(default_factory=lambda: SamplingConfig(max_new_tokens=48),
+                                     description="Sampling for the Rehearse role.")
+    max_assistant_turns: int = Field(8, ge=1, description="Act generations per episode before MAX_TURNS.")
+    max_calls_per_turn: int = Field(6, ge=1, description="Tool calls per user turn before MAX_CALLS.")
+    max_context_tokens: int = Field(1024, ge=32, description="Prompt + response limit before CONTEXT_LIMIT.")
+    few_shot: bool = Field(True, description="Show the task's reference (call, response) pairs to Rehearse.")
+    rehearse_style: Literal["compact", "full"] = Field(
+        "compact", description="Rehearse system prompt: compact (tiny model) or full (real models).")
+    simulator_model: str | None = Field(None, description="Model dir of the frozen simulator (mode=simulator).")

@@ -1,0 +1,170 @@
+"""Qwen3 / Hermes tool-call parsing and rendering.
+
+The Act role writes zero or more `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks,
+optionally after a `<think>...</think>` section. Model output is untrusted: `parse_tool_calls` never
+raises; every failure is a classified `ErrorCode`. Like the reference parser, one malformed block makes
+the whole message an error (a partial execution of a half-valid message would be silently lossy).
+`parameters` is accepted as an alias of `arguments` (some Hermes fine-tunes emit it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from envace.types import ErrorCode, ToolCall
+
+THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
+CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"
+
+
+@dataclass
+class ParsedAct:
+    """Result of parsing one Act output."""
+
+    calls: list[ToolCall] = field(default_factory=list)
+    content: str = ""  # the visible text outside tool-call blocks, think stripped
+    error: ErrorCode | None = None
+    detail: str = ""
+
+    @property
+    def is_final_reply(self) -> bool:
+        return self.error is ErrorCode.NO_TOOL_CALL
+
+
+def strip_think(text: str) -> str:
+    text = THINK_RE.sub("", text)
+    # an unterminated <think> hides everything after it
+    if "<think>" in text:
+        text = text.split("<think>", 1)[0]
+    return text.replace("</think>", "")
+
+
+def _is_json_clean(value: Any) -> bool:
+    """True if value survives a strict JSON round trip (no NaN / inf, string keys only)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_json_clean(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_is_json_clean(v) for v in value)
+    return value is None or isinstance(value, (str, int, bool))
+
+
+def _parse_block(raw: str, allowed: set[str] | None) -> ToolCall | tuple[ErrorCode, str]:
+    try:
+        obj = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+        return ErrorCode.JSON_DECODE, f"tool call is not valid JSON: {exc}"
+    if not isinstance(obj, dict):
+        return ErrorCode.JSON_DECODE, f"tool call must be a JSON object, got {type(obj).__name__}"
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return ErrorCode.MISSING_NAME, "tool call has no string 'name'"
+    if "arguments" in obj:
+        args = obj["arguments"]
+    elif "parameters" in obj:
+        args = obj["parameters"]
+    else:
+        return ErrorCode.MISSING_ARGUMENTS, f"tool call {name!r} has no 'arguments'"
+    if isinstance(args, str):  # OpenAI style: arguments as a JSON string
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            return ErrorCode.JSON_DECODE, f"arguments of {name!r} are a string that is not JSON"
+    if not isinstance(args, dict):
+        return ErrorCode.MISSING_ARGUMENTS, f"arguments of {name!r} must be an object"
+    if not _is_json_clean(args):
+        return ErrorCode.NON_SERIALIZABLE_ARGUMENTS, f"arguments of {name!r} hold NaN/inf"
+    if allowed is not None and name not in allowed:
+        return ErrorCode.UNKNOWN_TOOL, f"tool {name!r} is not one of {sorted(allowed)}"
+    return ToolCall(name=name, arguments=args)
+
+
+def parse_tool_calls(text: str, tool_names: list[str] | set[str] | None = None) -> ParsedAct:
+    """Parse every `<tool_call>` block of an Act output. Never raises.
+
+    With `tool_names` given, a call to any other tool is classified UNKNOWN_TOOL.
+    A message without any block is a final reply (error NO_TOOL_CALL, content = the reply).
+    """
+    try:
+        visible = strip_think(text if isinstance(text, str) else str(text))
+        allowed = set(tool_names) if tool_names is not None else None
+        blocks = CALL_RE.findall(visible)
+        content = CALL_RE.sub("", visible).strip()
+        leftover = CALL_RE.sub("", visible)
+        if OPEN_TAG in leftover or CLOSE_TAG in leftover:
+            return ParsedAct(content=content, error=ErrorCode.INVALID_TOOL_CALL_FORMAT,
+                             detail="unbalanced <tool_call> tags")
+        if not blocks:
+            return ParsedAct(content=content, error=ErrorCode.NO_TOOL_CALL, detail="no tool call")
+        calls: list[ToolCall] = []
+        for raw in blocks:
+            if OPEN_TAG in raw:
+                return ParsedAct(content=content, error=ErrorCode.INVALID_TOOL_CALL_FORMAT,
+                                 detail="nested <tool_call> tags")
+            parsed = _parse_block(raw.strip(), allowed)
+            if isinstance(parsed, tuple):
+                return ParsedAct(calls=calls, content=content, error=parsed[0], detail=parsed[1])
+            calls.append(parsed)
+        return ParsedAct(calls=calls, content=content)
+    except Exception as exc:  # pragma: no cover - belt and braces: model output must never crash us
+        return ParsedAct(error=ErrorCode.INVALID_TOOL_CALL_FORMAT, detail=f"parser failure: {exc!r}")
+
+
+def render_tool_call(call: ToolCall) -> str:
+    """The Hermes text of one call, as Qwen3's chat template writes it."""
+    body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+    return f"<tool_call>\n{body}\n</tool_call>"
+
+
+def tool_schema(name: str, properties: dict[str, dict[str, Any]], required: list[str] | None = None,
+                description: str = "") -> dict[str, Any]:
+    """An OpenAI function schema."""
+    fn: dict[str, Any] = {"name": name}
+    if description:
+        fn["description"] = description
+    fn["parameters"] = {"type": "object", "properties": properties,
+                        "required": list(properties) if required is None else required}
+    return {"type": "function", "function": fn}
+
+
+def schema_of(tools: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    for t in tools:
+        fn = t.get("function", t)
+        if fn.get("name") == name:
+            return fn
+    return None
+
+
+_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
+               "object": dict, "array": list}
+
+
+def check_arguments(call: ToolCall, tools: list[dict[str, Any]]) -> tuple[ErrorCode, str] | None:
+    """Check a call against the sample's whitelist and JSON schema (required keys, unknown keys,
+    primitive types, enums). Returns an (error, detail) pair or None when the call is valid."""
+    fn = schema_of(tools, call.name)
+    if fn is None:
+        return ErrorCode.UNKNOWN_TOOL, f"tool {call.name!r} is not available"
+    params = fn.get("parameters") or {}
+    props: dict[str, Any] = params.get("properties") or {}
+    for key in params.get("required") or []:
+        if key not in call.arguments:
+            return ErrorCode.INVALID_PARAMETERS, f"missing required argument {key!r}"
+    for key, value in call.arguments.items():
+        if key not in props:
+            return ErrorCode.INVALID_PARAMETERS, f"unknown argument {key!r}"
+        spec = props[key] or {}
+        expected = _JSON_TYPES.get(spec.get("type", ""))
+        if expected is not None:
+            bad_bool = isinstance(value, bool) and spec.get("type") in ("integer", "number")
+            if bad_bool or not isinstance(value, expected):
+                return ErrorCode.INVALID_PARAMETERS, f"argument {key!r} must be {spec['type']}"
+        if "enum" in spec and value not in spec["enum"]:
+            return ErrorCode.INVALID_PARAMETERS, f"argument {key!r} must be one of {spec['enum']}"
+    return None

@@ -1,0 +1,113 @@
+"""Configs of the embedded trainers: `envace sft` (SFTConfig) and `envace train` (TrainConfig).
+
+Defaults are the embedded default: the tiny model on the built-in tool world, sized so SFT + RL fit in
+a few minutes on 2 CPU cores. Paper-scale values are noted in the field descriptions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from envace.config import BaseConfig, ConfigError, RolloutConfig
+
+
+class DataConfig(BaseConfig):
+    source: Literal["world", "cm2", "parquet"] = Field("world", description="Task source: built-in tool world, CM2 JSON, verl parquet.")
+    path: str | None = Field(None, description="Data file for source=cm2|parquet.")
+    domains: list[str] | None = Field(None, description="Tool-world domains (None = all).")
+    split: str = Field("train", description="Tool-world split to train on.")
+    n_tasks: int = Field(4000, ge=1, description="Tool-world tasks generated for training.")
+    seed: int = Field(0, description="Task-generation seed.")
+
+    @model_validator(mode="after")
+    def _path_needed(self) -> "DataConfig":
+        if self.source != "world" and not self.path:
+            raise ConfigError(f"data.path is empty but data.source={self.source!r} needs a file; set data.path=FILE")
+        return self
+
+
+class AlgoConfig(BaseConfig):
+    advantage: Literal["role_grpo", "grpo"] = Field("role_grpo", description="Advantage estimator: role-wise GRPO (EnvACE) or plain GRPO.")
+    weighting: Literal["per_output", "per_trajectory"] = Field("per_output", description="Role baseline weighting (reference code: per_output).")
+    norm_std: bool = Field(False, description="Divide advantages by the group std (paper: off).")
+    loss: Literal["ppo_clip", "vanilla_pg"] = Field("ppo_clip", description="Policy loss.")
+    clip_low: float = Field(0.2, gt=0, lt=1, description="PPO clip epsilon (low).")
+    clip_high: float = Field(0.2, gt=0, description="PPO clip epsilon (high).")
+    dual_clip_c: float = Field(3.0, gt=1, description="Dual-clip constant c (> 1).")
+    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field("token-mean", description="Loss aggregation.")
+    use_kl: bool = Field(False, description="KL to the frozen reference (paper: on at 1e-4; reference script: off).")
+    kl_coef: float = Field(1e-4, ge=0, description="KL coefficient.")
+    kl_kind: Literal["low_var_kl", "kl", "mse", "abs"] = Field("low_var_kl", description="KL estimator.")
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+
+
+class OptimConfig(BaseConfig):
+    lr: float = Field(1e-4, gt=0, description="AdamW learning rate (paper: 1e-6 for Qwen3-8B).")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
+    grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+
+
+class TrackingConfig(BaseConfig):
+    store_url: str | None = Field(None, description="Trajectory store (path or SQLAlchemy URL); None = <out_dir>/store.db.")
+    mlflow_uri: str | None = Field(None, description="MLflow tracking URI; None = sqlite under <out_dir>/../mlflow.")
+    experiment: str = Field("envace", description="MLflow experiment name.")
+    enabled: bool = Field(True, description="Log to MLflow and the store.")
+    parent_run_id: str | None = Field(None, description="MLflow parent run (sweeps).")
+
+
+class TrainConfig(BaseConfig):
+    """`envace train`: role-wise GRPO (EnvACE) and its baselines on the embedded backend."""
+
+    model: str = Field(..., description="Policy model dir (tiny model, SFT checkpoint or a real HF dir).")
+    policy: Literal["shared", "per_role"] = Field("shared", description="One model for both roles, or one per role.")
+    out_dir: str = Field("runs/train", description="Run directory: checkpoints, config, logs.")
+    steps: int = Field(40, ge=1, description="Training steps (one optimizer step each; paper: 470).")
+    prompts_per_step: int = Field(8, ge=1, description="Prompts x per step (paper: 16).")
+    k: int = Field(8, ge=2, description="Trajectories per prompt (group size; paper: 4).")
+    micro_batch: int = Field(32, ge=1, description="Rows per forward/backward (gradient accumulation).")
+    save_every: int = Field(10, ge=1, description="Checkpoint every N steps (and at the end).")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk.")
+    seed: int = Field(0, description="Run seed; sampling seeds derive from (seed, step, prompt, sample, role).")
+    device: str | None = Field(None, description="cpu | cuda | None (cuda when available).")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (None = all cores).")
+    reward: Literal["checklist_rule", "checklist_llm", "env_state"] = Field("checklist_rule", description="Reward source.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Training tasks.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout mode, role sampling, limits.")
+    algo: AlgoConfig = Field(default_factory=AlgoConfig, description="Advantage, loss, KL.")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow + trajectory store.")
+    progress: bool = Field(True, description="Show a progress bar.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.rollout.mode == "simulator" and not self.rollout.simulator_model:
+            raise ConfigError("rollout.mode='simulator' needs rollout.simulator_model=DIR (the frozen simulator model)")
+        if self.reward == "env_state" and self.rollout.mode == "rehearse":
+            raise ConfigError("reward='env_state' reads a real environment, which rehearse mode never touches; "
+                              "use reward=checklist_rule (or rollout.mode=env)")
+        return self
+
+
+class SFTConfig(BaseConfig):
+    """`envace sft`: supervised cold start on oracle demonstrations of both roles."""
+
+    model: str = Field(..., description="Model dir to start from (e.g. the output of `envace model init`).")
+    out_dir: str = Field("runs/sft", description="Output dir; the final model is saved in <out_dir>/model.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Demonstration tasks.")
+    act_fraction: float = Field(0.6, ge=0, le=1, description="Share of Act samples in each batch (rest Rehearse).")
+    batch_size: int = Field(16, ge=1, description="Sequences per step.")
+    steps: int | None = Field(None, ge=1, description="Optimizer steps (None: run for time_budget_s).")
+    time_budget_s: float = Field(240.0, gt=0, description="Wall-clock budget when steps is None.")
+    lr: float = Field(2e-3, gt=0, description="Peak learning rate (cosine decay to 10%).")
+    warmup_steps: int = Field(30, ge=0, description="Linear warm-up steps.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
+    few_shot: bool = Field(True, description="Rehearse samples include the task's reference (call, response) pairs.")
+    rehearse_style: Literal["compact", "full"] = Field("compact", description="Rehearse system prompt style.")
+    max_len: int = Field(1024, ge=32, description="Drop samples longer than this (tokens).")
+    seed: int = Field(0, description="Seed.")
+    device: str | None = Field(None, description="cpu | cuda | None (auto).")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads.")
+    progress: bool = Field(True, description="Show a progress bar.")

@@ -1,0 +1,165 @@
+"""The embedded trainer: EnvACE (role-wise GRPO with world rehearsal) and its baselines in a plain
+torch loop, on CPU or one CUDA device.
+
+Per step: sample `prompts_per_step` tasks (seeded by step), roll out K trajectories each (mode rehearse |
+env | simulator), score them, build one row per role call, compute advantages grouped by (prompt, role),
+and take ONE optimizer step per model. `policy=shared` trains one model on both roles' rows;
+`policy=per_role` keeps two models, each updated only from its own role's rows. Checkpoints every
+`save_every` steps; a restarted run resumes from the latest complete checkpoint at the next step.
+
+Departures from the paper / reference code: the old log-probs are the sampling engine's own (the run
+is on-policy with one PPO epoch, so verl's recomputation would give the same numbers — a test checks
+the parity); the reference code's random row duplication to pad batches is not reproduced.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envace.engines.hf import HFEngine
+from envace.models.loading import load_policy, pick_device
+from envace.rollout import derive_seed, run_rollout
+from envace.trainers.checkpoint import latest_checkpoint, load_optimizer_states, save_checkpoint
+from envace.trainers.config import TrainConfig
+from envace.trainers.metrics import step_metrics
+from envace.trainers.rewarding import RewardScorer
+from envace.trainers.rows import assign_advantages, build_rows, role_rows
+from envace.trainers.tracking import RunTracker
+from envace.trainers.update import policy_update
+from envace.tasksource import load_tasks
+from envace.tracking.gitinfo import git_commit
+from envace.types import Mode, Role, Task
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    last_step: int
+    history: list[dict[str, float]] = field(default_factory=list)
+    checkpoint: Path | None = None
+    mlflow_run_id: str | None = None
+
+
+class _Policy:
+    """The trained model(s): one shared model, or one per role."""
+
+    def __init__(self, cfg: TrainConfig, model_dirs: dict[str, Path], device: torch.device):
+        self.names = ["policy"] if cfg.policy == "shared" else ["act", "rehearse"]
+        self.models: dict[str, Any] = {}
+        self.tokenizer = None
+        for name in self.names:
+            model, tok = load_policy(model_dirs[name], device=device)
+            self.models[name] = model
+            self.tokenizer = self.tokenizer or tok
+        self.engines = {n: HFEngine(m, self.tokenizer, device=device) for n, m in self.models.items()}
+        self.optimizers = {n: torch.optim.AdamW(m.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas,
+                                                weight_decay=cfg.optim.weight_decay)
+                           for n, m in self.models.items()}
+        self.refs = ({n: _frozen_copy(m) for n, m in self.models.items()} if cfg.algo.use_kl else {})
+
+    def rollout_policy(self):
+        if len(self.names) == 1:
+            return self.engines["policy"]
+        return {Role.ACT: self.engines["act"], Role.REHEARSE: self.engines["rehearse"]}
+
+    def rows_for(self, name: str, rows):
+        return rows if name == "policy" else role_rows(rows, Role(name))
+
+
+def _frozen_copy(model):
+    ref = copy.deepcopy(model).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def _initial_dirs(cfg: TrainConfig) -> dict[str, Path]:
+    if cfg.policy == "shared":
+        return {"policy": Path(cfg.model)}
+    return {"act": Path(cfg.model), "rehearse": Path(cfg.model)}
+
+
+def sample_step_tasks(pool: list[Task], cfg: TrainConfig, step: int) -> list[Task]:
+    rng = random.Random(derive_seed(cfg.seed, step, "tasks"))
+    return rng.sample(pool, min(cfg.prompts_per_step, len(pool)))
+
+
+def train(cfg: TrainConfig) -> TrainResult:
+    out_dir = Path(cfg.out_dir)
+    ckpt_root = out_dir / "checkpoints"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg.save_resolved(out_dir)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = torch.device(cfg.device) if cfg.device else pick_device()
+    resume = latest_checkpoint(ckpt_root)
+    dirs = _initial_dirs(cfg) if resume is None else {n: resume.model_dir(n) for n in _initial_dirs(cfg)}
+    policy = _Policy(cfg, dirs, device)
+    start = 0
+    if resume is not None:
+        load_optimizer_states(resume, policy.optimizers)
+        start = resume.step
+    pool = load_tasks(cfg.data)
+    mode = Mode(cfg.rollout.mode)
+    scorer = RewardScorer(cfg.reward)
+    simulator = None
+    if mode is Mode.SIMULATOR:
+        sim_model, _ = load_policy(cfg.rollout.simulator_model, device=device)
+        simulator = HFEngine(sim_model, policy.tokenizer, device=device)
+    env_factory = scorer.env_factory() if mode is Mode.ENV else None
+    tracker = RunTracker(cfg, resume_meta=resume.meta if resume else None)
+    result = TrainResult(out_dir=out_dir, last_step=start, mlflow_run_id=tracker.mlflow_run_id)
+    bar = _progress(cfg, start)
+    try:
+        for step in range(start + 1, cfg.steps + 1):
+            t0 = time.perf_counter()
+            tasks = sample_step_tasks(pool, cfg, step)
+            with torch.inference_mode():
+                trajs = run_rollout(tasks, k=cfg.k, policy=policy.rollout_policy(), cfg=cfg.rollout, mode=mode,
+                                    env_factory=env_factory, simulator=simulator, step=step, seed=cfg.seed,
+                                    turn_gate=scorer.turn_gate)
+            t_roll = time.perf_counter() - t0
+            scorer.score(trajs)
+            rows = build_rows(trajs)
+            assign_advantages(rows, trajs, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std)
+            updates = {}
+            for name in policy.names:
+                mine = policy.rows_for(name, rows)
+                if mine:
+                    updates[name] = policy_update(policy.models[name], policy.optimizers[name], mine, cfg.algo,
+                                                  pad_id=policy.tokenizer.pad_token_id, micro_batch=cfg.micro_batch,
+                                                  grad_clip=cfg.optim.grad_clip, ref_model=policy.refs.get(name))
+            metrics = step_metrics(trajs, rows, updates, t_roll, time.perf_counter() - t0)
+            result.history.append({"step": step, **metrics})
+            tracker.log_step(step, metrics, trajs)
+            result.last_step = step
+            if step % cfg.save_every == 0 or step == cfg.steps:
+                tracker.flush()
+                result.checkpoint = save_checkpoint(
+                    ckpt_root, step, policy.models, policy.tokenizer, policy.optimizers,
+                    {"config": cfg.model_dump(mode="json"), "git_commit": git_commit(),
+                     "mlflow_run_id": tracker.mlflow_run_id, "store_run_id": tracker.run_id},
+                    keep=cfg.keep_checkpoints)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics.get('reward/mean', 0):.3f}", s=f"{metrics['time/step_s']:.1f}")
+    finally:
+        if bar is not None:
+            bar.close()
+        tracker.close()
+    return result
+
+
+def _progress(cfg: TrainConfig, start: int):
+    if not cfg.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=cfg.steps, initial=start, desc=f"train[{cfg.rollout.mode}]", unit="step")

@@ -1,0 +1,180 @@
+"""`envace sft`: supervised cold start on oracle demonstrations of BOTH roles, the way CM2 cold-starts
+before RL.
+
+Act samples: every assistant message of a task's gold conversation, prompted with the chat template and
+the task's tools exactly as the rollout prompts Act. Rehearse samples: every gold tool call, prompted
+with the Rehearse simulator chat exactly as the rollout prompts it, with the environment's TRUE response
+wrapped as `<execution_result>` as the target. Loss only on target tokens (including the end-of-turn
+token, so the model learns to stop). Cosine learning rate with warm-up; runs for a step count or a
+wall-clock budget.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from envace.models.loading import load_policy, pick_device
+from envace.roles.act import act_prompt_ids
+from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids, render_execution_result
+from envace.tasksource import load_tasks
+from envace.trainers.config import SFTConfig
+from envace.types import Message, Role, Task
+
+END = "<|im_end|>"
+
+
+@dataclass
+class Sample:
+    role: Role
+    prompt_ids: list[int]
+    target_ids: list[int]
+
+
+def _chat_text(tokenizer, messages: list[Message], tools, add_generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template([m.to_openai() for m in messages], tools=tools,
+                                         add_generation_prompt=add_generation_prompt, tokenize=False)
+
+
+def act_samples(task: Task, tokenizer) -> list[Sample]:
+    out = []
+    msgs = task.messages
+    for i, m in enumerate(msgs):
+        if m.role != "assistant":
+            continue
+        prompt_text = _chat_text(tokenizer, msgs[:i], task.tools, True)
+        full_text = _chat_text(tokenizer, msgs[: i + 1], task.tools, False)
+        if not full_text.startswith(prompt_text):
+            raise ValueError(f"chat template of {tokenizer.name_or_path!r} does not render prompts as prefixes "
+                             f"of the conversation (task {task.uuid}, message {i}); SFT targets need that")
+        target = full_text[len(prompt_text):]
+        target = target[: target.index(END) + len(END)] if END in target else target + (tokenizer.eos_token or "")
+        out.append(Sample(Role.ACT, act_prompt_ids(tokenizer, msgs[:i], task.tools),
+                          tokenizer.encode(target, add_special_tokens=False)))
+    return out
+
+
+def rehearse_samples(task: Task, tokenizer, *, few_shot: bool, style: str) -> list[Sample]:
+    out = []
+    msgs = task.messages
+    for i, m in enumerate(msgs):
+        if m.role != "assistant" or not m.tool_calls:
+            continue
+        responses = [r for r in msgs[i + 1: i + 1 + len(m.tool_calls)] if r.role == "tool"]
+        act_text = _chat_text(tokenizer, msgs[: i + 1], task.tools, False)[
+            len(_chat_text(tokenizer, msgs[:i], task.tools, True)):].split(END)[0]
+        for call, resp in zip(m.tool_calls, responses):
+            try:
+                obj = json.loads(resp.content)
+            except json.JSONDecodeError:
+                continue
+            chat = rehearse_messages(task, msgs[:i], act_text, call, few_shot=few_shot, style=style)
+            target = render_execution_result(obj) + END
+            out.append(Sample(Role.REHEARSE, rehearse_prompt_ids(tokenizer, chat),
+                              tokenizer.encode(target, add_special_tokens=False)))
+    return out
+
+
+def build_samples(tasks: list[Task], tokenizer, cfg: SFTConfig) -> tuple[list[Sample], list[Sample]]:
+    acts, rehs = [], []
+    for t in tasks:
+        acts += act_samples(t, tokenizer)
+        rehs += rehearse_samples(t, tokenizer, few_shot=cfg.few_shot, style=cfg.rehearse_style)
+    keep = lambda s: len(s.prompt_ids) + len(s.target_ids) <= cfg.max_len  # noqa: E731
+    return [s for s in acts if keep(s)], [s for s in rehs if keep(s)]
+
+
+def collate(batch: list[Sample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded input ids, attention mask and labels (-100 outside targets)."""
+    length = max(len(s.prompt_ids) + len(s.target_ids) for s in batch)
+    ids = torch.full((len(batch), length), pad_id, dtype=torch.long)
+    att = torch.zeros((len(batch), length), dtype=torch.long)
+    labels = torch.full((len(batch), length), -100, dtype=torch.long)
+    for i, s in enumerate(batch):
+        seq = s.prompt_ids + s.target_ids
+        ids[i, : len(seq)] = torch.tensor(seq)
+        att[i, : len(seq)] = 1
+        labels[i, len(s.prompt_ids): len(seq)] = torch.tensor(s.target_ids)
+    return ids, att, labels
+
+
+def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def sft(cfg: SFTConfig) -> dict:
+    """Train and save `<out_dir>/model`. Returns a summary (steps, samples, final losses, wall time)."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    device = torch.device(cfg.device) if cfg.device else pick_device()
+    model, tok = load_policy(cfg.model, device=device)
+    tasks = load_tasks(cfg.data)
+    acts, rehs = build_samples(tasks, tok, cfg)
+    if not acts and not rehs:
+        raise ValueError(f"no SFT samples fit max_len={cfg.max_len}; raise max_len or check the data")
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg.save_resolved(out)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # with a time budget the schedule length is estimated from the first steps' speed
+    total = cfg.steps or 10_000
+    t0 = time.perf_counter()
+    losses: dict[str, list[float]] = {"act": [], "rehearse": []}
+    step = 0
+    model.train()
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=cfg.steps, desc="sft", unit="step", disable=not cfg.progress)
+    while True:
+        elapsed = time.perf_counter() - t0
+        if cfg.steps is not None and step >= cfg.steps:
+            break
+        if cfg.steps is None:
+            if elapsed >= cfg.time_budget_s:
+                break
+            if step == 20:
+                total = max(cfg.warmup_steps + 1, int(cfg.time_budget_s / (elapsed / 20)))
+        n_act = sum(1 for _ in range(cfg.batch_size) if rng.random() < cfg.act_fraction) if rehs else cfg.batch_size
+        n_act = n_act if acts else 0
+        batch = [rng.choice(acts) for _ in range(n_act)] + [rng.choice(rehs) for _ in range(cfg.batch_size - n_act)]
+        ids, att, labels = (t.to(device) for t in collate(batch, tok.pad_token_id))
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, total, cfg)
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1]
+        tgt = labels[:, 1:]
+        per_tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
+                                                    ignore_index=-100, reduction="none").view(tgt.shape)
+        mask = (tgt != -100).float()
+        loss = (per_tok * mask).sum() / mask.sum().clamp(min=1)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        with torch.no_grad():
+            row_loss = (per_tok * mask).sum(1) / mask.sum(1).clamp(min=1)
+            for s, l in zip(batch, row_loss.tolist()):
+                losses[s.role.value].append(l)
+        step += 1
+        bar.update(1)
+        if step % 25 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    bar.close()
+    model.save_pretrained(out / "model", safe_serialization=True)
+    tok.save_pretrained(out / "model")
+    tail = lambda xs: sum(xs[-200:]) / max(1, len(xs[-200:]))  # noqa: E731
+    summary = {"steps": step, "act_samples": len(acts), "rehearse_samples": len(rehs),
+               "act_loss": tail(losses["act"]), "rehearse_loss": tail(losses["rehearse"]),
+               "wall_s": time.perf_counter() - t0, "model_dir": str(out / "model")}
+    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
