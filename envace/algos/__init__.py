@@ -1,0 +1,25 @@
+"""Pure tensor algorithms for training: role-wise GRPO advantages, policy losses, KL estimators, aggregation.
+
+Each family lives in a `Registry` (one signature per family); trainers pick functions by name from config.
+"""
+
+from envace.algos.advantages import ADVANTAGES, get_advantage_fn, grpo_advantages, role_grpo_advantages
+from envace.algos.kl import KL_ESTIMATORS, entropy_from_logits, kl_penalty
+from envace.algos.losses import AGGREGATIONS, POLICY_LOSSES, aggregate, ppo_clip_loss, vanilla_pg_loss
+from envace.algos.registry import Registry
+
+__all__ = [
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "KL_ESTIMATORS",
+    "POLICY_LOSSES",
+    "Registry",
+    "aggregate",
+    "entropy_from_logits",
+    "get_advantage_fn",
+    "grpo_advantages",
+    "kl_penalty",
+    "ppo_clip_loss",
+    "role_grpo_advantages",
+    "vanilla_pg_loss",
+]
