@@ -133,6 +133,16 @@ def tool_schema(name: str, properties: dict[str, dict[str, Any]], required: list
     return {"type": "function", "function": fn}
 
 
+def render_signature(tool: dict[str, Any]) -> str:
+    """One-line form of a tool schema, `name(arg: type, ...) - description`, used where the tiny model
+    pays for every prompt token (its chat template and the compact Rehearse prompt)."""
+    fn = tool.get("function", tool)
+    props = (fn.get("parameters") or {}).get("properties") or {}
+    args = ", ".join(f"{k}: {(v or {}).get('type', 'any')}" for k, v in props.items())
+    desc = fn.get("description") or ""
+    return f"{fn.get('name', '')}({args})" + (f" - {desc}" if desc else "")
+
+
 def schema_of(tools: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
     for t in tools:
         fn = t.get("function", t)

@@ -1,0 +1,180 @@
+"""Local batched generation with Hugging Face transformers models (the embedded backend's engine).
+
+A hand-written sampling loop over `model(input_ids, past_key_values=..., use_cache=True)` rather than
+`model.generate`, because RL needs per-row control that `generate` does not give:
+- per-request temperature (0 = greedy), top-p, max_new_tokens and stop strings in one batch;
+- per-request seeds: each row draws its uniforms from its own `torch.Generator`, and sampling is an
+  inverse-CDF lookup computed row by row, so a request gives the same tokens alone or in any batch;
+- the sampled token's log-prob under the convention of `envace.engines.base` (log_softmax(logits / T)
+  over the full vocabulary, before top-p truncation; greedy rows at T = 1), which is exactly what
+  `envace.engines.scoring.response_logprobs` recomputes for the loss.
+
+Prompts are left-padded with an attention mask and explicit position ids, so padding never shifts RoPE
+positions. Finished rows are dropped from the batch and the KV cache as they finish.
+
+Stop strings: a row stops at the first token after which its decoded continuation *contains* a stop
+string (a superset of "ends with": a BPE token may carry the stop text plus trailing characters). The
+stop text is kept and `text` is always the decode of `token_ids` (eos / `<|im_end|>` left out of the
+text but kept in the ids, because the trainer must learn to emit it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envace.engines.base import GenRequest, GenResult, is_greedy, logprob_temperature
+from envace.models.loading import load_policy, pick_device
+
+SEED_RANGE = 2**62
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Token ids that end a generation: the tokenizer's eos, `<|im_end|>` when the vocab has it, and the
+    model's generation_config eos ids."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    im_end = tokenizer.get_vocab().get("<|im_end|>")
+    if im_end is not None:
+        ids.add(int(im_end))
+    gen_cfg = getattr(model, "generation_config", None)
+    eos = getattr(gen_cfg, "eos_token_id", None)
+    if eos is not None:
+        ids.update(int(e) for e in ([eos] if isinstance(eos, int) else eos))
+    return ids
+
+
+def sample_rows(logits: torch.Tensor, temperatures: list[float], top_ps: list[float],
+                uniforms: list[float | None]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row and return (tokens (n,), log-probs (n,)).
+
+    logits: (n, V) float32. A greedy row takes the argmax; a sampled row takes the first token, in
+    descending-probability order (stable sort), whose cumulative probability exceeds u * (kept mass),
+    where the kept set is the smallest prefix holding `top_p` mass. The log-prob is always the full-vocab
+    log_softmax(logits / T) of the chosen token (T = 1 for greedy).
+    """
+    n = logits.shape[0]
+    temps = torch.tensor([logprob_temperature(t) for t in temperatures], dtype=logits.dtype,
+                         device=logits.device)
+    logp = torch.log_softmax(logits / temps[:, None], dim=-1)
+    tokens = logits.argmax(dim=-1)
+    sampled = [i for i in range(n) if not is_greedy(temperatures[i])]
+    if sampled:
+        rows = torch.tensor(sampled, device=logits.device)
+        probs = logp[rows].double().exp()
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+        cum = sorted_p.cumsum(dim=-1)
+        top_p = torch.tensor([top_ps[i] for i in sampled], dtype=cum.dtype, device=cum.device)
+        n_keep = ((cum - sorted_p) < top_p[:, None]).sum(dim=-1).clamp(min=1)
+        kept_mass = cum.gather(1, (n_keep - 1)[:, None])
+        u = torch.tensor([uniforms[i] for i in sampled], dtype=cum.dtype, device=cum.device)[:, None]
+        pick = torch.searchsorted(cum, u * kept_mass, right=True)
+        pick = torch.minimum(pick, (n_keep - 1)[:, None])
+        tokens[rows] = order.gather(1, pick).squeeze(1)
+    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+class HFEngine:
+    """`GenerationEngine` over a local transformers causal LM. Holds no gradients."""
+
+    def __init__(self, model: Any, tokenizer: Any, device: str | torch.device | None = None,
+                 max_batch: int = 64) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch {max_batch} must be >= 1")
+        self.device = torch.device(device) if device is not None else pick_device()
+        self.model = model.to(self.device)
+        self.tokenizer = tokenizer
+        self.max_batch = max_batch
+        self.stop_ids = stop_token_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if pad is None:
+            raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
+        self.pad_id = int(pad)
+
+    @classmethod
+    def from_path(cls, path: str | Path, device: str | torch.device | None = None,
+                  dtype: torch.dtype | str | None = None, max_batch: int = 64) -> "HFEngine":
+        model, tokenizer = load_policy(path, device=device, dtype=dtype)
+        return cls(model, tokenizer, device=model.device, max_batch=max_batch)
+
+    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+        for i, r in enumerate(requests):
+            if not r.prompt_ids:
+                raise ValueError(f"request {i} has an empty prompt; pass at least one prompt token")
+            if r.max_new_tokens < 1:
+                raise ValueError(f"request {i} has max_new_tokens={r.max_new_tokens}; it must be >= 1")
+            if not 0.0 < r.top_p <= 1.0:
+                raise ValueError(f"request {i} has top_p={r.top_p}; it must be in (0, 1]")
+        # Rows are independent, so grouping similar prompt lengths only saves padding.
+        order = sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt_ids))
+        results: list[GenResult | None] = [None] * len(requests)
+        for start in range(0, len(order), self.max_batch):
+            chunk = order[start:start + self.max_batch]
+            for i, res in zip(chunk, self._generate_batch([requests[i] for i in chunk])):
+                results[i] = res
+        return results  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def _generate_batch(self, reqs: list[GenRequest]) -> list[GenResult]:
+        dev, b = self.device, len(reqs)
+        width = max(len(r.prompt_ids) for r in reqs)
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long, device=dev)
+        mask = torch.zeros((b, width), dtype=torch.long, device=dev)
+        for i, r in enumerate(reqs):
+            ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            mask[i, width - len(r.prompt_ids):] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        seeds = [r.seed if r.seed is not None else int(torch.randint(0, SEED_RANGE, (1,))) for r in reqs]
+        gens = [torch.Generator().manual_seed(s) for s in seeds]
+
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        cache, logits = out.past_key_values, out.logits[:, -1].float()
+        next_pos = pos[:, -1] + 1
+        tokens: list[list[int]] = [[] for _ in reqs]
+        logprobs: list[list[float]] = [[] for _ in reqs]
+        finish: list[str] = ["length"] * b
+        matched: list[str | None] = [None] * b
+        active = list(range(b))  # request index of each live batch row
+        while True:
+            live = [reqs[i] for i in active]
+            uniforms = [None if is_greedy(r.temperature) else float(torch.rand((), generator=gens[i]))
+                        for i, r in zip(active, live)]
+            tok, lp = sample_rows(logits, [r.temperature for r in live], [r.top_p for r in live], uniforms)
+            keep: list[int] = []
+            for row, (i, t, p) in enumerate(zip(active, tok.tolist(), lp.tolist())):
+                tokens[i].append(t)
+                logprobs[i].append(p)
+                if t in self.stop_ids:
+                    finish[i], matched[i] = "stop", self.tokenizer.convert_ids_to_tokens(t)
+                elif reqs[i].stop and (hit := self._stop_hit(tokens[i], reqs[i].stop)) is not None:
+                    finish[i], matched[i] = "stop", hit
+                elif len(tokens[i]) < reqs[i].max_new_tokens:
+                    keep.append(row)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                sel = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(sel)
+                mask, next_pos, tok = mask[sel], next_pos[sel], tok[sel]
+                active = [active[j] for j in keep]
+            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
+            out = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                             past_key_values=cache, use_cache=True)
+            cache, logits = out.past_key_values, out.logits[:, -1].float()
+            next_pos = next_pos + 1
+        return [self._result(tokens[i], logprobs[i], finish[i], matched[i], seeds[i], len(reqs[i].prompt_ids))
+                for i in range(b)]
+
+    def _stop_hit(self, ids: list[int], stops: list[str]) -> str | None:
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        return next((s for s in stops if s and s in text), None)
+
+    def _result(self, ids: list[int], lps: list[float], finish: str, matched: str | None, seed: int,
+                prompt_len: int) -> GenResult:
+        shown = ids[:-1] if ids and ids[-1] in self.stop_ids else ids
+        text = self.tokenizer.decode(shown, skip_special_tokens=False)
+        return GenResult(token_ids=ids, logprobs=lps, text=text, finish_reason=finish,
+                         meta={"seed": seed, "stop": matched, "prompt_tokens": prompt_len})

@@ -1,0 +1,86 @@
+"""The chat template of the tiny model: Qwen3's layout for system prompt, tools, tool calls and tool
+responses, with Qwen3's boilerplate sentences cut to one short line each.
+
+What is kept from Qwen3 (so prompts built for the tiny model look like the ones a real Qwen3 sees):
+- `<|im_start|>{role}\\n{content}<|im_end|>\\n` turns;
+- with tools, the system turn gains a `# Tools` section: `<tools>`, one JSON schema per line (the whole
+  OpenAI schema, as Qwen3 writes it), `</tools>`, and the `<tool_call>` answer format;
+- assistant tool calls as `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>` blocks, one
+  per call, separated by a newline (and from the content by a newline); arguments given as a JSON
+  string are written verbatim, as Qwen3 does;
+- consecutive `tool` messages grouped into one `user` turn of `<tool_response>` blocks;
+- `add_generation_prompt` appends `<|im_start|>assistant\\n`.
+
+Departures from Qwen3: no `<think>` handling at all (`enable_thinking` is accepted and ignored, and
+earlier assistant turns are not stripped of reasoning), the tool-call JSON is written with `tojson` for
+the name too (identical for ordinary names, and valid JSON for odd ones), and the boilerplate is shorter
+(the tiny model pays for every prompt token). `envace.toolcall.render_tool_call` writes exactly the same
+block text as this template.
+"""
+
+from __future__ import annotations
+
+TOOLS_HEADER = "# Tools\n\nYou may call these functions:\n<tools>"
+TOOLS_FOOTER = ("\n</tools>\n\nTo call one, answer with:\n<tool_call>\n"
+                '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+
+# Whitespace control (`{%-`, `-%}`) keeps the Jinja source readable without leaking newlines.
+_JSON_TOOLS = "{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}"
+# One line per tool, `name(arg: type, ...) - description` (envace.toolcall.render_signature writes the same).
+_SIGNATURE_TOOLS = (
+    "{%- for tool in tools -%}"
+    "{%- set fn = tool.function if tool.function is defined else tool -%}"
+    "{%- set params = fn.parameters if fn.parameters is defined and fn.parameters else {} -%}"
+    "{%- set props = params.properties if params.properties is defined and params.properties else {} -%}"
+    "{{- '\\n' + fn.name + '(' -}}"
+    "{%- for key, spec in props.items() -%}"
+    "{%- if not loop.first -%}{{- ', ' -}}{%- endif -%}"
+    "{{- key + ': ' + (spec.type if spec.type is defined else 'any') -}}"
+    "{%- endfor -%}"
+    "{{- ')' -}}"
+    "{%- if fn.description is defined and fn.description -%}{{- ' - ' + fn.description -}}{%- endif -%}"
+    "{%- endfor -%}"
+)
+
+_TEMPLATE = (
+    "{%- set ns = namespace(start=0) -%}"
+    "{%- if tools -%}"
+    "{{- '<|im_start|>system\\n' -}}"
+    "{%- if messages and messages[0].role == 'system' -%}"
+    "{%- set ns.start = 1 -%}"
+    "{{- messages[0].content + '\\n\\n' -}}"
+    "{%- endif -%}"
+    "{{- " + repr(TOOLS_HEADER) + " -}}"
+    "__TOOLS__"
+    "{{- " + repr(TOOLS_FOOTER) + " + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- for message in messages[ns.start:] -%}"
+    "{%- if message.content is string -%}{%- set content = message.content -%}"
+    "{%- else -%}{%- set content = '' -%}{%- endif -%}"
+    "{%- if message.role == 'assistant' -%}"
+    "{{- '<|im_start|>assistant\\n' + content -}}"
+    "{%- for call in (message.tool_calls or []) -%}"
+    "{%- if (loop.first and content) or not loop.first -%}{{- '\\n' -}}{%- endif -%}"
+    "{%- if call.function is defined and call.function -%}{%- set call = call.function -%}{%- endif -%}"
+    "{{- '<tool_call>\\n{\"name\": ' + (call.name | tojson) + ', \"arguments\": ' -}}"
+    "{%- if call.arguments is string -%}{{- call.arguments -}}"
+    "{%- else -%}{{- call.arguments | tojson -}}{%- endif -%}"
+    "{{- '}\\n</tool_call>' -}}"
+    "{%- endfor -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- elif message.role == 'tool' -%}"
+    "{%- if loop.first or loop.previtem.role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}"
+    "{{- '\\n<tool_response>\\n' + content + '\\n</tool_response>' -}}"
+    "{%- if loop.last or loop.nextitem.role != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+CHAT_TEMPLATE = _TEMPLATE.replace("__TOOLS__", _JSON_TOOLS)
+# The embedded default: tools as one-line signatures instead of JSON schemas. Departure from Qwen3,
+# which prints the full JSON: that block was ~75 % of every Act prompt of the tool world (~400 tokens).
+CHAT_TEMPLATE_COMPACT = _TEMPLATE.replace("__TOOLS__", _SIGNATURE_TOOLS)
+TEMPLATES = {"json": CHAT_TEMPLATE, "signature": CHAT_TEMPLATE_COMPACT}

@@ -1,0 +1,107 @@
+"""The Act role: prompt building and output parsing.
+
+Act is simply "the assistant" of the model's own tool-calling chat template: the prompt is the chat
+history rendered with the sample's tool schemas and a generation prompt; the output is zero or more
+Hermes `<tool_call>` blocks (a tool call) or plain text (the reply to the current user turn).
+
+As in the reference code, the assistant turn that goes back into the history is re-rendered from the
+*parsed* content and calls, not the raw sampled text, so the context always holds canonical calls.
+Departures from the reference:
+- The whole prompt is re-rendered every turn (no incremental token cache); `<think>` text of earlier
+  turns is therefore not kept in the context (the reference's incremental mode keeps it).
+- A malformed Act output (bad format, bad JSON, unknown tool, schema violation) goes back into the
+  history as its visible raw text with no calls, followed by an error tool message; re-rendering a
+  half-parsed message would hide what the model actually wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from envace.toolcall import ParsedAct, check_arguments, parse_tool_calls, strip_think
+from envace.types import ErrorCode, Message
+
+# Chat end-of-turn markers an engine may leave at the end of decoded text; they are never content.
+END_MARKERS: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
+
+
+def strip_end_markers(text: str) -> str:
+    """Drop trailing end-of-turn markers (and the whitespace around them) from decoded model text."""
+    out = text.rstrip()
+    changed = True
+    while changed:
+        changed = False
+        for marker in END_MARKERS:
+            if out.endswith(marker):
+                out = out[: -len(marker)].rstrip()
+                changed = True
+    return out
+
+
+def chat_ids(tokenizer: Any, conversation: list[dict[str, Any]], *, tools: list[dict] | None = None,
+             enable_thinking: bool = True) -> list[int]:
+    """Token ids of `conversation` rendered by the tokenizer's chat template with a generation prompt.
+
+    transformers 5 returns a BatchEncoding from `apply_chat_template(tokenize=True)`; older versions
+    return a plain list. Both are flattened to one `list[int]`.
+    """
+    out = tokenizer.apply_chat_template(conversation, tools=tools or None, add_generation_prompt=True,
+                                        tokenize=True, enable_thinking=enable_thinking)
+    if isinstance(out, Mapping) or hasattr(out, "input_ids"):
+        out = out["input_ids"]
+    if hasattr(out, "tolist"):  # a tensor / array if the tokenizer was asked for one elsewhere
+        out = out.tolist()
+    if out and isinstance(out[0], (list, tuple)):  # a batch of one
+        if len(out) != 1:
+            raise ValueError(f"chat template returned {len(out)} sequences for one conversation")
+        out = out[0]
+    return [int(t) for t in out]
+
+
+def act_prompt_ids(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]], *,
+                   enable_thinking: bool = True) -> list[int]:
+    """The Act prompt: the history so far, with the sample's tools, ending in the assistant header."""
+    return chat_ids(tokenizer, [m.to_openai() for m in messages], tools=tools, enable_thinking=enable_thinking)
+
+
+def tool_names(tools: list[dict[str, Any]]) -> list[str]:
+    return [t.get("function", t).get("name", "") for t in tools]
+
+
+def parse_act(text: str, tools: list[dict[str, Any]]) -> ParsedAct:
+    """Parse one Act output against the sample's tools. Never raises.
+
+    Beyond `parse_tool_calls` (format, JSON, name whitelist), every call is checked against its JSON
+    schema; the first violation makes the whole output an INVALID_PARAMETERS (or TOOL_NOT_AVAILABLE)
+    error, with all parsed calls kept for the record.
+    """
+    parsed = parse_tool_calls(strip_end_markers(text if isinstance(text, str) else str(text)), tool_names(tools))
+    if parsed.error is not None:
+        return parsed
+    for call in parsed.calls:
+        try:
+            problem = check_arguments(call, tools)
+        except Exception as exc:  # a schema the checker cannot read must not crash a rollout
+            problem = (ErrorCode.INVALID_PARAMETERS, f"could not check arguments of {call.name!r}: {exc!r}")
+        if problem is not None:
+            return ParsedAct(calls=parsed.calls, content=parsed.content, error=problem[0],
+                             detail=f"{call.name}: {problem[1]}")
+    return parsed
+
+
+def is_malformed(parsed: ParsedAct) -> bool:
+    """True for an output that tried to call a tool and failed (any error except NO_TOOL_CALL)."""
+    return parsed.error is not None and parsed.error is not ErrorCode.NO_TOOL_CALL
+
+
+def assistant_message(parsed: ParsedAct, raw_text: str | None = None) -> Message:
+    """The assistant message that goes back into the Act history.
+
+    Valid output → parsed content + parsed calls (the template re-renders the calls canonically).
+    Malformed output → its visible raw text (think stripped) and no calls, when `raw_text` is given.
+    """
+    if is_malformed(parsed) and raw_text is not None:
+        return Message(role="assistant", content=strip_end_markers(strip_think(raw_text)).strip())
+    calls = [] if is_malformed(parsed) else list(parsed.calls)
+    return Message(role="assistant", content=parsed.content, tool_calls=calls)

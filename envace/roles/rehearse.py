@@ -1,0 +1,195 @@
+"""The Rehearse role: the policy writes the environment's response to one tool call.
+
+As in the reference code, Rehearse is a *separate chat*, not a continuation of the Act context: a
+simulator system prompt (envace.roles.prompts) and one user message whose sections are the sample's
+candidate tools, few-shot (name, arguments, response) triples from the task's reference conversation,
+the conversation transcript, the raw latest Act output and the one call to simulate. One Rehearse
+generation per tool call.
+
+Output parsing is strict and never raises: after a leading `<think>` section, the text must be exactly one
+`<execution_result>` … `</execution_result>` block (surrounding whitespace and a trailing end-of-turn
+marker are tolerated) holding a non-empty JSON object or a JSON array. Departures from the reference:
+non-finite numbers (NaN / Infinity) are rejected as a decode error, so every accepted result is strict
+JSON; a JSON scalar is classified as a decode error (wrong shape), `{}` / `null` as empty.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from envace.roles.act import chat_ids, strip_end_markers
+from envace.roles.prompts import (
+    RESULT_CLOSE,
+    RESULT_OPEN,
+    SEC_CURRENT,
+    SEC_FEW_SHOT,
+    SEC_HISTORY,
+    SEC_LATEST,
+    SEC_TOOLS,
+    UNAVAILABLE,
+    simulator_system_prompt,
+)
+from envace.toolcall import render_signature, render_tool_call, schema_of
+from envace.types import ErrorCode, Message, Observation, Role, Task, ToolCall
+
+ERROR_KEY = "error_tool_call"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def _json_line(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _tool_response_value(content: str) -> Any:
+    """A reference tool message's content as JSON when it is JSON, else the raw string."""
+    try:
+        return json.loads(content)
+    except (json.JSONDecodeError, RecursionError, ValueError, TypeError):
+        return content
+
+
+def few_shot_triples(task: Task) -> list[tuple[str, dict[str, Any], Any]]:
+    """(name, arguments, response) triples of the task's reference conversation.
+
+    Each assistant message's tool calls are paired, in order, with the tool messages that follow it
+    (up to the next non-tool message). A call without a response is skipped.
+    """
+    triples: list[tuple[str, dict[str, Any], Any]] = []
+    msgs = task.messages
+    for i, msg in enumerate(msgs):
+        if msg.role != "assistant" or not msg.tool_calls:
+            continue
+        responses: list[Message] = []
+        for nxt in msgs[i + 1:]:
+            if nxt.role != "tool":
+                break
+            responses.append(nxt)
+        for call, resp in zip(msg.tool_calls, responses):
+            triples.append((call.name, call.arguments, _tool_response_value(resp.content)))
+    return triples
+
+
+def transcript(history: list[Message]) -> str:
+    """The conversation as `User:` / `Assistant:` / `Tool[name]:` lines; the system prompt is skipped."""
+    lines: list[str] = []
+    for m in history:
+        if m.role == "user":
+            lines.append(f"User: {m.content}")
+        elif m.role == "assistant":
+            parts = [m.content] if m.content else []
+            parts += [render_tool_call(c) for c in m.tool_calls]
+            lines.append("Assistant: " + "\n".join(parts))
+        elif m.role == "tool":
+            lines.append(f"Tool[{m.name or ''}]: {m.content}")
+    return "\n".join(lines)
+
+
+def rehearse_user_prompt(task: Task, history: list[Message], latest_act_text: str, call: ToolCall, *,
+                         few_shot: bool, style: str = "full") -> str:
+    """The Rehearse user message: the five sections, joined by blank lines. The compact style writes
+    schemas as one-line signatures (`name(arg: type) - description`) instead of JSON."""
+    compact = style == "compact"
+    render = render_signature if compact else _json_line
+    tools = "\n".join(render(t) for t in task.tools)
+    triples = few_shot_triples(task) if few_shot else []
+    shots = "\n".join(_json_line({"name": n, "arguments": a, "response": r}) for n, a, r in triples) or UNAVAILABLE
+    schema = schema_of(task.tools, call.name)
+    current = "\n".join([
+        f"name: {call.name}",
+        f"schema: {render(schema) if schema is not None else UNAVAILABLE}",
+        f"arguments: {_json_line(call.arguments)}",
+    ])
+    sections = [
+        (SEC_TOOLS, tools or UNAVAILABLE),
+        (SEC_FEW_SHOT, shots),
+        (SEC_HISTORY, transcript(history) or UNAVAILABLE),
+        (SEC_LATEST, latest_act_text),
+        (SEC_CURRENT, current),
+    ]
+    return "\n\n".join(f"{head}\n{body}" for head, body in sections)
+
+
+def rehearse_messages(task: Task, history: list[Message], latest_act_text: str, call: ToolCall, *,
+                      few_shot: bool, style: str = "full") -> list[dict[str, Any]]:
+    """The Rehearse chat (system = simulator prompt, user = the sections) in OpenAI message shape."""
+    return [
+        {"role": "system", "content": simulator_system_prompt(style)},
+        {"role": "user", "content": rehearse_user_prompt(task, history, latest_act_text, call, few_shot=few_shot,
+                                                            style=style)},
+    ]
+
+
+def rehearse_prompt_ids(tokenizer: Any, msgs: list[dict[str, Any]], *, enable_thinking: bool = True) -> list[int]:
+    """Token ids of the Rehearse chat, with the generation prompt (no tools: the schemas are in the text)."""
+    return chat_ids(tokenizer, msgs, enable_thinking=enable_thinking)
+
+
+def render_execution_result(obj: Any) -> str:
+    """The exact Rehearse target text: the SFT writes it, `parse_execution_result` inverts it."""
+    return f"{RESULT_OPEN}\n{json.dumps(obj, sort_keys=True)}\n{RESULT_CLOSE}"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name} is not JSON")
+
+
+def _error_detail(value: Any) -> str:
+    if isinstance(value, dict):
+        code, msg = value.get("code", ""), value.get("message", "")
+        return f"{code}: {msg}".strip(": ") or "rehearsed error"
+    return f"rehearsed error: {value!r}"[:200]
+
+
+def _rehearsed_error(obj: Any) -> Any:
+    """The error payload when the result is (or, for a list, holds) an `error_tool_call` object."""
+    if isinstance(obj, dict) and ERROR_KEY in obj:
+        return obj[ERROR_KEY]
+    if isinstance(obj, list):
+        for item in obj:
+            if isinstance(item, dict) and ERROR_KEY in item:
+                return item[ERROR_KEY]
+    return None
+
+
+def _strip_leading_think(text: str) -> str:
+    """Drop reasoning written before the result block. Only a leading `<think>` section is removed:
+    the JSON itself may legitimately hold the string "<think>"."""
+    body = text.lstrip()
+    if body.startswith(THINK_OPEN):
+        end = body.find(THINK_CLOSE)
+        return "" if end < 0 else body[end + len(THINK_CLOSE):]
+    return body
+
+
+def _fail(code: ErrorCode, detail: str) -> Observation:
+    return Observation(content=None, source=Role.REHEARSE, error=code, detail=detail)
+
+
+def parse_execution_result(text: str) -> Observation:
+    """Classify one Rehearse output. Never raises; `source` is always Role.REHEARSE."""
+    try:
+        if not isinstance(text, str):
+            return _fail(ErrorCode.NO_EXECUTION_RESULT_TAG, f"output is {type(text).__name__}, not text")
+        body = strip_end_markers(_strip_leading_think(text)).strip()
+        if not body.startswith(RESULT_OPEN) or not body.endswith(RESULT_CLOSE) \
+                or len(body) < len(RESULT_OPEN) + len(RESULT_CLOSE):
+            return _fail(ErrorCode.NO_EXECUTION_RESULT_TAG,
+                         f"output must be exactly {RESULT_OPEN}\\n<JSON>\\n{RESULT_CLOSE}")
+        inner = body[len(RESULT_OPEN): len(body) - len(RESULT_CLOSE)]
+        try:
+            obj = json.loads(inner, parse_constant=_reject_constant)
+        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+            return _fail(ErrorCode.RESULT_JSON_DECODE, f"result is not valid JSON: {exc}"[:300])
+        if obj is None or obj == {}:
+            return _fail(ErrorCode.RESULT_EMPTY, "result is empty")
+        if not isinstance(obj, (dict, list)):
+            return _fail(ErrorCode.RESULT_JSON_DECODE,
+                         f"result must be a JSON object or array, got {type(obj).__name__}")
+        err = _rehearsed_error(obj)
+        if err is not None:
+            return Observation(content=obj, source=Role.REHEARSE, error=ErrorCode.REHEARSED_ERROR,
+                               detail=_error_detail(err))
+        return Observation(content=obj, source=Role.REHEARSE)
+    except Exception as exc:  # pragma: no cover - model output must never crash a rollout
+        return _fail(ErrorCode.RESULT_JSON_DECODE, f"parser failure: {exc!r}")

@@ -1,0 +1,294 @@
+"""The batched rollout state machine: K episodes per task, Act and observations in lock-step rounds.
+
+Each round, every live episode in ACT generates together in ONE `policy.generate` call; then every
+pending tool call of every episode in OBSERVE is answered together:
+- `rehearse` (EnvACE): the policy plays Rehearse, one generation per call, all in one batched call;
+- `env` (standard GRPO): each episode's own Environment executes its calls in order;
+- `simulator` (act-only baseline): a frozen engine plays Rehearse with the same prompt (not trainable).
+Then each episode's handler for its phase returns the next phase (see envace.rollout.state).
+
+Rules (EnvACE reference, with the departures noted):
+- An Act output without a call answers the current user turn: the next user turn is replayed from the
+  task if the turn gate allows, else the episode ends (FINAL_REPLY / REQUIRED_CHECK_FAILED).
+- A malformed Act output (any parse or schema error) becomes an error tool message; with a simulated
+  world the episode ends (INVALID_TOOL_CALL), in env mode the policy may retry.
+- A rehearsed error (unparseable output or an `error_tool_call` result) ends the episode (REHEARSE_ERROR).
+- Limits are checked before generating: Act generations (MAX_TURNS), prompt + max_new_tokens
+  (CONTEXT_LIMIT; the reference left-truncates instead, we stop so no row ever sees a cut prompt), and
+  tool calls per user turn (MAX_CALLS; the Act output that would pass the limit is recorded, its calls
+  are not answered).
+- The reference rehearses the k calls of one Act output one at a time (a per-call cursor), each seeing
+  the same history; since none sees the others' results, rehearsing them in one batch is equivalent.
+- In rehearse / simulator mode no real environment is created: `env_factory` is never called. An optional
+  `shadow_env_factory` executes the same calls in a real environment only to record
+  `Turn.real_observation` (rehearsal fidelity at evaluation); the policy never sees it.
+The rollout never raises on model output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from envace.config import RolloutConfig
+from envace.engines.base import GenerationEngine, GenRequest, GenResult
+from envace.roles.act import act_prompt_ids, assistant_message, is_malformed, parse_act
+from envace.roles.prompts import RESULT_CLOSE, simulator_system_prompt
+from envace.roles.rehearse import parse_execution_result, rehearse_messages, rehearse_prompt_ids
+from envace.rollout.seeds import derive_seed
+from envace.rollout.state import EpisodeState, Phase
+from envace.types import (
+    Environment,
+    ErrorCode,
+    Message,
+    Mode,
+    Observation,
+    Role,
+    Task,
+    TerminationReason,
+    ToolCall,
+    Trajectory,
+    Turn,
+)
+
+ACT_STOP = ["<|im_end|>"]  # Act may write several calls: stop only at the end of the turn
+REHEARSE_STOP = [RESULT_CLOSE]  # nothing after the result block is ever read
+
+TurnGate = Callable[[Trajectory, int], bool]
+
+
+@dataclass
+class _Run:
+    """Rollout-wide settings shared by the handlers."""
+
+    policy: GenerationEngine
+    cfg: RolloutConfig
+    mode: Mode
+    simulator: GenerationEngine | None
+    step: int
+    seed: int
+    turn_gate: TurnGate | None
+    rehearse_style: str
+    enable_thinking: bool
+
+    def seed_for(self, st: EpisodeState, role: Role, index: int) -> int:
+        return derive_seed(self.seed, self.step, st.traj.prompt_index, st.traj.sample_index, role, index)
+
+
+def _generate(engine: GenerationEngine, requests: list[GenRequest]) -> list[GenResult]:
+    if not requests:
+        return []
+    results = engine.generate(requests)
+    if len(results) != len(requests):
+        raise RuntimeError(f"{type(engine).__name__}.generate returned {len(results)} results for "
+                           f"{len(requests)} requests; an engine must answer every request in order")
+    return results
+
+
+def _execute(env: Environment, call: ToolCall) -> Observation:
+    """Run one call in a real environment; a tool exception becomes a TOOL_ERROR observation."""
+    try:
+        obs = env.execute(call)
+    except Exception as exc:  # the call's arguments come from the model: never crash the rollout
+        return Observation(content=None, source=Role.ENV, error=ErrorCode.TOOL_ERROR,
+                           detail=f"{call.name} raised {type(exc).__name__}: {exc}")
+    if not isinstance(obs, Observation):
+        raise TypeError(f"{type(env).__name__}.execute({call.name!r}) returned {type(obs).__name__}; "
+                        "an Environment must return envace.types.Observation")
+    return obs
+
+
+def _start(task: Task, prompt_index: int, sample_index: int, mode: Mode,
+           env_factory: Callable[[], Environment] | None,
+           shadow_env_factory: Callable[[], Environment] | None) -> EpisodeState:
+    traj = Trajectory(task=task, prompt_index=prompt_index, sample_index=sample_index, mode=mode)
+    if task.system_prompt is not None:
+        traj.messages.append(Message(role="system", content=task.system_prompt))
+    traj.messages.append(Message(role="user", content=task.user_turns[0]))
+    st = EpisodeState(traj=traj)
+    if mode is Mode.ENV:
+        st.env = env_factory()  # type: ignore[misc]  # checked by run_rollout
+        st.env.reset(task)
+    elif shadow_env_factory is not None:
+        st.shadow_env = shadow_env_factory()
+        st.shadow_env.reset(task)
+    return st
+
+
+# ----- handlers: one per phase, each returns the next phase ------------------------------------------
+
+
+def handle_next_user(run: _Run, st: EpisodeState) -> Phase:
+    """The current user turn got its reply: replay the next user turn, or end the episode."""
+    user_turns = st.traj.task.user_turns
+    if st.user_turn + 1 >= len(user_turns):
+        return st.finish(TerminationReason.FINAL_REPLY)
+    if run.turn_gate is not None and not run.turn_gate(st.traj, st.user_turn):
+        return st.finish(TerminationReason.REQUIRED_CHECK_FAILED)
+    st.user_turn += 1
+    st.calls_this_turn = 0
+    st.history.append(Message(role="user", content=user_turns[st.user_turn]))
+    return Phase.ACT
+
+
+def prepare_act(run: _Run, st: EpisodeState) -> GenRequest | None:
+    """The Act request of an episode, or None after ending it on a limit."""
+    if st.assistant_turns >= run.cfg.max_assistant_turns:
+        st.phase = st.finish(TerminationReason.MAX_TURNS)
+        return None
+    sampling = run.cfg.act
+    ids = act_prompt_ids(run.policy.tokenizer, st.history, st.traj.task.tools, enable_thinking=run.enable_thinking)
+    if len(ids) + sampling.max_new_tokens > run.cfg.max_context_tokens:
+        st.phase = st.finish(TerminationReason.CONTEXT_LIMIT)
+        return None
+    return GenRequest(prompt_ids=ids, temperature=sampling.temperature, top_p=sampling.top_p,
+                      max_new_tokens=sampling.max_new_tokens, stop=list(ACT_STOP),
+                      seed=run.seed_for(st, Role.ACT, st.assistant_turns))
+
+
+def handle_act(run: _Run, st: EpisodeState, req: GenRequest, res: GenResult) -> Phase:
+    """Record the Act output and decide: reply → NEXT_USER, calls → OBSERVE, malformed → error."""
+    st.assistant_turns += 1
+    tools = st.traj.task.tools
+    parsed = parse_act(res.text, tools)
+    malformed = is_malformed(parsed)
+    turn = Turn(role=Role.ACT, prompt_ids=list(req.prompt_ids), response_ids=list(res.token_ids),
+                logprobs=list(res.logprobs), text=res.text, temperature=req.temperature,
+                user_turn=st.user_turn, tool_calls=[] if malformed else list(parsed.calls),
+                parse_error=parsed.error if malformed else None)
+    st.traj.turns.append(turn)
+    context_len = len(st.history)
+    st.history.append(assistant_message(parsed, res.text))
+    if parsed.is_final_reply:
+        return Phase.NEXT_USER
+    if malformed:
+        source = Role.ENV if run.mode is Mode.ENV else Role.REHEARSE
+        st.add_observation(None, Observation(content=None, source=source, error=parsed.error,
+                                             detail=parsed.detail))
+        if run.mode is Mode.ENV:
+            return Phase.ACT
+        return st.finish(TerminationReason.INVALID_TOOL_CALL)
+    if st.calls_this_turn + len(parsed.calls) > run.cfg.max_calls_per_turn:
+        return st.finish(TerminationReason.MAX_CALLS)
+    st.calls_this_turn += len(parsed.calls)
+    st.pending, st.cursor = list(parsed.calls), 0
+    st.latest_act_text, st.act_context_len = res.text, context_len
+    return Phase.OBSERVE
+
+
+def handle_observe(run: _Run, st: EpisodeState, observations: list[Observation]) -> Phase:
+    """Append the answers of the pending calls; a rehearsed error ends the episode."""
+    for call, obs in zip(st.pending[st.cursor:], observations):
+        st.add_observation(call, obs)
+        st.cursor += 1
+    failed = run.mode is not Mode.ENV and any(not o.ok for o in observations)
+    st.pending, st.cursor = [], 0
+    if failed:
+        return st.finish(TerminationReason.REHEARSE_ERROR)
+    return Phase.ACT
+
+
+# ----- rounds: batch the work of every episode in one phase ------------------------------------------
+
+
+def _act_round(run: _Run, states: list[EpisodeState]) -> None:
+    batch = [(st, req) for st in states if (req := prepare_act(run, st)) is not None]
+    results = _generate(run.policy, [req for _, req in batch])
+    for (st, req), res in zip(batch, results):
+        st.phase = handle_act(run, st, req, res)
+
+
+def _env_observe_round(run: _Run, states: list[EpisodeState]) -> None:
+    for st in states:
+        observations = []
+        for call in st.pending[st.cursor:]:
+            observations.append(_execute(st.env, call))  # type: ignore[arg-type]
+            st.traj.env_calls += 1
+        st.phase = handle_observe(run, st, observations)
+
+
+def _rehearse_observe_round(run: _Run, states: list[EpisodeState]) -> None:
+    engine = run.policy if run.mode is Mode.REHEARSE else run.simulator
+    assert engine is not None  # run_rollout checks simulator mode has an engine
+    sampling = run.cfg.rehearse
+    jobs: list[tuple[EpisodeState, ToolCall, GenRequest]] = []
+    for st in states:
+        history = st.history[: st.act_context_len]
+        mine: list[tuple[EpisodeState, ToolCall, GenRequest]] = []
+        for j, call in enumerate(st.pending[st.cursor:]):
+            msgs = rehearse_messages(st.traj.task, history, st.latest_act_text, call,
+                                     few_shot=run.cfg.few_shot, style=run.rehearse_style)
+            ids = rehearse_prompt_ids(engine.tokenizer, msgs, enable_thinking=run.enable_thinking)
+            if len(ids) + sampling.max_new_tokens > run.cfg.max_context_tokens:
+                st.phase = st.finish(TerminationReason.CONTEXT_LIMIT)
+                mine = []
+                break
+            seed = run.seed_for(st, Role.REHEARSE, st.rehearse_generations + j)
+            mine.append((st, call, GenRequest(prompt_ids=ids, temperature=sampling.temperature,
+                                              top_p=sampling.top_p, max_new_tokens=sampling.max_new_tokens,
+                                              stop=list(REHEARSE_STOP), seed=seed)))
+        jobs.extend(mine)
+    results = _generate(engine, [req for _, _, req in jobs])
+    answers: dict[int, list[Observation]] = {}
+    for (st, call, req), res in zip(jobs, results):
+        obs = parse_execution_result(res.text)
+        turn = Turn(role=Role.REHEARSE, prompt_ids=list(req.prompt_ids), response_ids=list(res.token_ids),
+                    logprobs=list(res.logprobs), text=res.text, temperature=req.temperature,
+                    user_turn=st.user_turn, call=call, observation=obs,
+                    parse_error=obs.error if obs.content is None else None,
+                    trainable=run.mode is Mode.REHEARSE)
+        if st.shadow_env is not None:
+            turn.real_observation = _execute(st.shadow_env, call)
+            st.traj.env_calls += 1
+        st.traj.turns.append(turn)
+        st.rehearse_generations += 1
+        answers.setdefault(id(st), []).append(obs)
+    for st in states:
+        if st.phase is Phase.OBSERVE:
+            st.phase = handle_observe(run, st, answers.get(id(st), []))
+
+
+# ----- entry point ------------------------------------------------------------------------------------
+
+
+def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine, cfg: RolloutConfig, mode: Mode | str,
+                env_factory: Callable[[], Environment] | None = None,
+                simulator: GenerationEngine | None = None, step: int = 0, seed: int = 0,
+                turn_gate: TurnGate | None = None,
+                shadow_env_factory: Callable[[], Environment] | None = None,
+                rehearse_style: str = "full", enable_thinking: bool = True) -> list[Trajectory]:
+    """Roll out K episodes per task; returns trajectories ordered by (task position, sample index).
+
+    `mode` wins over `cfg.mode` (callers such as test-time rehearsal run one config in several modes).
+    `turn_gate(traj, user_turn)` decides whether the episode may go on to the next user turn (e.g. the
+    required checklist items of that turn passed); default: always.
+    """
+    mode = Mode(mode)
+    if k < 1:
+        raise ValueError(f"k={k}: need at least one episode per task")
+    if mode is Mode.ENV and env_factory is None:
+        raise ValueError("mode=env needs env_factory (a callable returning a fresh Environment)")
+    if mode is Mode.SIMULATOR and simulator is None:
+        raise ValueError("mode=simulator needs simulator= (a frozen GenerationEngine playing Rehearse)")
+    simulator_system_prompt(rehearse_style)  # fail fast on an unknown style
+    for i, task in enumerate(tasks):
+        if not task.user_turns:
+            raise ValueError(f"task {i} ({task.uuid!r}) has no user message; every task needs one to start")
+    run = _Run(policy=policy, cfg=cfg, mode=mode, simulator=simulator, step=step, seed=seed,
+               turn_gate=turn_gate, rehearse_style=rehearse_style, enable_thinking=enable_thinking)
+    states = [_start(task, p, s, mode, env_factory, shadow_env_factory)
+              for p, task in enumerate(tasks) for s in range(k)]
+    while True:
+        for st in states:
+            if st.phase is Phase.NEXT_USER:
+                st.phase = handle_next_user(run, st)
+        acting = [st for st in states if st.phase is Phase.ACT]
+        if not acting:
+            break
+        _act_round(run, acting)
+        observing = [st for st in states if st.phase is Phase.OBSERVE]
+        if mode is Mode.ENV:
+            _env_observe_round(run, observing)
+        else:
+            _rehearse_observe_round(run, observing)
+    return [st.traj for st in states]
