@@ -27,7 +27,7 @@ The rollout never raises on model output.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from envace.config import RolloutConfig
@@ -61,7 +61,8 @@ TurnGate = Callable[[Trajectory, int], bool]
 class _Run:
     """Rollout-wide settings shared by the handlers."""
 
-    policy: GenerationEngine
+    policy: GenerationEngine  # plays Act
+    rehearser: GenerationEngine  # plays Rehearse in rehearse mode (the same engine unless per-role)
     cfg: RolloutConfig
     mode: Mode
     simulator: GenerationEngine | None
@@ -208,7 +209,7 @@ def _env_observe_round(run: _Run, states: list[EpisodeState]) -> None:
 
 
 def _rehearse_observe_round(run: _Run, states: list[EpisodeState]) -> None:
-    engine = run.policy if run.mode is Mode.REHEARSE else run.simulator
+    engine = run.rehearser if run.mode is Mode.REHEARSE else run.simulator
     assert engine is not None  # run_rollout checks simulator mode has an engine
     sampling = run.cfg.rehearse
     jobs: list[tuple[EpisodeState, ToolCall, GenRequest]] = []
@@ -251,18 +252,29 @@ def _rehearse_observe_round(run: _Run, states: list[EpisodeState]) -> None:
 # ----- entry point ------------------------------------------------------------------------------------
 
 
-def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine, cfg: RolloutConfig, mode: Mode | str,
+def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping[Role, GenerationEngine],
+                cfg: RolloutConfig, mode: Mode | str,
                 env_factory: Callable[[], Environment] | None = None,
                 simulator: GenerationEngine | None = None, step: int = 0, seed: int = 0,
                 turn_gate: TurnGate | None = None,
                 shadow_env_factory: Callable[[], Environment] | None = None,
-                rehearse_style: str = "full", enable_thinking: bool = True) -> list[Trajectory]:
+                rehearse_style: str | None = None, enable_thinking: bool = True) -> list[Trajectory]:
     """Roll out K episodes per task; returns trajectories ordered by (task position, sample index).
 
     `mode` wins over `cfg.mode` (callers such as test-time rehearsal run one config in several modes).
     `turn_gate(traj, user_turn)` decides whether the episode may go on to the next user turn (e.g. the
     required checklist items of that turn passed); default: always.
+    `policy` is one engine for both roles (shared weights), or `{Role.ACT: e1, Role.REHEARSE: e2}` for
+    the per-role-policy ablation. `rehearse_style` defaults to `cfg.rehearse_style`.
     """
+    if isinstance(policy, Mapping):
+        missing = {Role.ACT, Role.REHEARSE} - set(policy)
+        if missing:
+            raise ValueError(f"per-role policy needs engines for {sorted(r.value for r in missing)}")
+        act_engine, rehearse_engine = policy[Role.ACT], policy[Role.REHEARSE]
+    else:
+        act_engine = rehearse_engine = policy
+    rehearse_style = rehearse_style or cfg.rehearse_style
     mode = Mode(mode)
     if k < 1:
         raise ValueError(f"k={k}: need at least one episode per task")
@@ -274,7 +286,7 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine, cfg: Rol
     for i, task in enumerate(tasks):
         if not task.user_turns:
             raise ValueError(f"task {i} ({task.uuid!r}) has no user message; every task needs one to start")
-    run = _Run(policy=policy, cfg=cfg, mode=mode, simulator=simulator, step=step, seed=seed,
+    run = _Run(policy=act_engine, rehearser=rehearse_engine, cfg=cfg, mode=mode, simulator=simulator, step=step, seed=seed,
                turn_gate=turn_gate, rehearse_style=rehearse_style, enable_thinking=enable_thinking)
     states = [_start(task, p, s, mode, env_factory, shadow_env_factory)
               for p, task in enumerate(tasks) for s in range(k)]

@@ -30,9 +30,9 @@ from envace.trainers.checkpoint import latest_checkpoint, load_optimizer_states,
 from envace.trainers.config import TrainConfig
 from envace.trainers.metrics import step_metrics
 from envace.trainers.rewarding import RewardScorer
-from envace.trainers.rows import assign_advantages, build_rows, role_rows
+from envace.trainers.rows import assign_advantages, build_rows
 from envace.trainers.tracking import RunTracker
-from envace.trainers.update import policy_update
+from envace.trainers.update import policy_update, role_rows
 from envace.tasksource import load_tasks
 from envace.tracking.gitinfo import git_commit
 from envace.types import Mode, Role, Task

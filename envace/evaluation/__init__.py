@@ -1,0 +1,2 @@
+"""Evaluation: the tool world with the real environment (success, checklist reward, rehearsal fidelity)
+and the external benchmarks, optionally with test-time rehearsal."""

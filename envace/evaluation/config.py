@@ -1,0 +1,34 @@
+"""`envace eval` config."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from envace.config import BaseConfig, RolloutConfig, SamplingConfig
+from envace.trainers.config import DataConfig, TrackingConfig
+
+
+def _eval_rollout() -> RolloutConfig:
+    return RolloutConfig(mode="env", act=SamplingConfig(temperature=0.0, max_new_tokens=64),
+                         rehearse=SamplingConfig(temperature=0.0, max_new_tokens=48))
+
+
+class EvalConfig(BaseConfig):
+    model: str = Field(..., description="Model dir or a step_* checkpoint dir (its policy/ or act/ model is used).")
+    benchmarks: list[str] = Field(default_factory=lambda: ["world"], description="world, bfcl, tau2, vita, finmcp.")
+    split: str = Field("test", description="Tool-world split.")
+    n_tasks: int = Field(100, ge=1, description="Tool-world tasks.")
+    k: int = Field(1, ge=1, description="Samples per task (Avg@k).")
+    seeds: list[int] = Field(default_factory=lambda: [0], description="Evaluation seeds (sampling).")
+    data: DataConfig = Field(default_factory=lambda: DataConfig(split="test"), description="Task source.")
+    rollout: RolloutConfig = Field(default_factory=_eval_rollout, description="Sampling and limits (mode is set per measurement).")
+    fidelity: bool = Field(True, description="Also run a rehearse-mode pass and compare rehearsed vs real responses.")
+    tts_n: int = Field(1, ge=1, le=8, description="Private rehearsals before the committed execution (1 = none).")
+    tts_mode: Literal["parallel", "sequential"] = Field("parallel", description="TTS mode.")
+    bench_limit: int | None = Field(None, ge=1, description="Entries per benchmark category (quick runs).")
+    out_dir: str | None = Field(None, description="Where to write eval tables (None: beside the model).")
+    device: str | None = Field(None, description="cpu | cuda | None (auto).")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads.")
+    tracking: TrackingConfig = Field(default_factory=lambda: TrackingConfig(enabled=False), description="MLflow + store.")

@@ -1,0 +1,95 @@
+"""The trainer's view of tracking: one MLflow run per training job (resumed with the job) and the
+trajectory store, behind three calls — `log_step`, `flush` (at each checkpoint) and `close`.
+
+On resume, the MLflow run and the store run recorded in the checkpoint's meta are continued. Steps
+after the last checkpoint are re-run with the same seeds; their trajectories are written again (the
+store skips natural keys it already holds) and their metrics are not logged twice (steps at or below
+the last logged step are skipped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from pathlib import Path
+from typing import Any
+
+from envace.trainers.config import TrainConfig
+from envace.types import Trajectory
+
+SAMPLE_TRAJECTORIES = 4  # trajectories per step written as an MLflow artifact at checkpoints
+
+
+def default_mlflow_uri(out_dir: str | Path) -> str:
+    root = Path(out_dir).resolve().parent / "mlflow"
+    root.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{root / 'mlflow.db'}"
+
+
+def trajectory_summary(t: Trajectory) -> dict[str, Any]:
+    return {"task": t.task.uuid, "prompt_index": t.prompt_index, "sample_index": t.sample_index,
+            "reward": t.reward, "termination": t.termination.value if t.termination else None,
+            "turns": [{"role": u.role.value, "text": u.text, "advantage": u.advantage} for u in t.turns]}
+
+
+class RunTracker:
+    def __init__(self, cfg: TrainConfig, resume_meta: dict[str, Any] | None = None, *, kind: str = "train"):
+        self.cfg = cfg
+        self.enabled = cfg.tracking.enabled
+        meta = resume_meta or {}
+        self.run_id: str = meta.get("store_run_id") or uuid.uuid4().hex[:16]
+        self.mlflow_run_id: str | None = None
+        self.writer = None
+        self._stack = contextlib.ExitStack()
+        self._last_logged = -1
+        self._samples: list[dict[str, Any]] = []
+        if not self.enabled:
+            return
+        from envace.store.runs import RunInfo
+        from envace.store.writer import TrajectoryWriter
+        from envace.tracking.gitinfo import git_commit
+        from envace.tracking.mlflow_run import start_run
+
+        uri = cfg.tracking.mlflow_uri or default_mlflow_uri(cfg.out_dir)
+        inputs = [cfg.data.path] if cfg.data.path else []
+        self.mlflow = self._stack.enter_context(start_run(
+            uri, cfg.tracking.experiment, Path(cfg.out_dir).name, cfg,
+            parent_run_id=cfg.tracking.parent_run_id, resume_run_id=meta.get("mlflow_run_id"),
+            tags={"envace.kind": kind, "envace.mode": cfg.rollout.mode, "envace.policy": cfg.policy,
+                  "envace.store_run_id": self.run_id}, input_paths=inputs))
+        self.mlflow_run_id = self.mlflow.run_id
+        if meta.get("mlflow_run_id"):
+            hist = self.mlflow.metric_history("reward/mean")
+            self._last_logged = max((s for s, _ in hist), default=-1)
+        store = cfg.tracking.store_url or str(Path(cfg.out_dir) / "store.db")
+        self.writer = TrajectoryWriter(store, self.run_id, run=RunInfo(
+            id=self.run_id, name=Path(cfg.out_dir).name, kind=kind, config=cfg.model_dump(mode="json"),
+            git_commit=git_commit(), mlflow_run_id=self.mlflow_run_id, parent_id=None))
+
+    def log_step(self, step: int, metrics: dict[str, float], trajs: list[Trajectory]) -> None:
+        if not self.enabled:
+            return
+        self.writer.put(trajs, step, mode="train", split=self.cfg.data.split)
+        if step > self._last_logged:
+            self.mlflow.log_step_metrics(step, metrics)
+            self._last_logged = step
+        self._samples = [trajectory_summary(t) for t in trajs[:SAMPLE_TRAJECTORIES]]
+        self._sample_step = step
+
+    def flush(self) -> None:
+        if not self.enabled:
+            return
+        self.writer.flush()
+        if self._samples:
+            self.mlflow.log_artifact_dict(self._samples, f"samples/step_{self._sample_step:06d}.json")
+
+    def log_checkpoint(self, path: Path) -> None:
+        if self.enabled:
+            self.mlflow.log_checkpoint(path, artifact_path="checkpoint")
+
+    def close(self) -> None:
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        finally:
+            self._stack.close()

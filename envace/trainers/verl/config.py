@@ -1,0 +1,162 @@
+"""Configs of the verl backend: `LoopSettings` (the `envace:` section that rides inside verl's Hydra
+config and is read by the agent loop and the trainer in every Ray process) and `VerlLaunchConfig`
+(what `envace train --backend verl CONFIG` reads to build the Hydra overrides).
+
+Role sampling: each role's temperature / top_p default to verl's own per-call sampling parameters
+(`rollout.temperature`, or `rollout.val_kwargs.*` during validation). Setting a role temperature that
+differs from `rollout.temperature` is refused unless `allow_temperature_mismatch` is set, because verl
+0.9.1 recomputes the old and new log-probs for the loss at the single `rollout.temperature`: a role
+sampled at another temperature would be trained at the wrong one (envace's rule is that log-probs are
+taken at the temperature the tokens were sampled with).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from envace.config import BaseConfig, ConfigError
+
+LOOP_SECTION = "envace"  # top-level key of the Hydra config holding LoopSettings
+
+
+class EndpointConfig(BaseConfig):
+    base_url: str = Field(..., description="OpenAI-compatible server, e.g. http://judge-host:8000/v1.")
+    model: str = Field(..., description="Served model name (vllm serve --served-model-name).")
+    api_key_env: str | None = Field(None, description="Environment variable holding the API key (never the key).")
+    timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds (reference judge: 120).")
+    max_retries: int = Field(4, ge=0, description="Transport retries per request.")
+
+
+class RoleSampling(BaseConfig):
+    temperature: float | None = Field(None, ge=0.0, le=10.0,
+                                      description="Role temperature; None = verl's rollout (or val) temperature.")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="Role nucleus mass; None = verl's.")
+    max_tokens: int | None = Field(None, ge=1, description="Most tokens one call writes; None = rollout.response_length.")
+
+
+class LoopSettings(BaseConfig):
+    """The `envace:` section of the verl config: rollout mode, role sampling, limits, reward, endpoints."""
+
+    mode: Literal["rehearse", "env", "simulator"] = Field(
+        "rehearse", description="Observation source: rehearse (EnvACE), env (real tool world), simulator (act-only).")
+    act: RoleSampling = Field(default_factory=RoleSampling, description="Sampling of the Act role.")
+    rehearse: RoleSampling = Field(default_factory=RoleSampling, description="Sampling of the Rehearse role.")
+    max_assistant_turns: int = Field(30, ge=1, description="Act generations per episode (reference: 30).")
+    max_calls_per_turn: int = Field(20, ge=1, description="Tool calls per user turn (reference max_parallel_calls: 20).")
+    max_context_tokens: int | None = Field(
+        None, ge=32, description="Prompt + response limit of one call; None = rollout prompt + response length.")
+    few_shot: bool = Field(True, description="Show the task's reference (call, response) pairs to Rehearse.")
+    rehearse_style: Literal["full", "compact"] = Field("full", description="Rehearse system prompt style.")
+    enable_thinking: bool | None = Field(
+        None, description="Chat template thinking switch; None = data.apply_chat_template_kwargs.enable_thinking.")
+    reward: Literal["checklist_rule", "checklist_llm", "env_state"] = Field(
+        "checklist_rule", description="Reward the loop sets on every row: rule judge, LLM judge, or world end state.")
+    judge: EndpointConfig | None = Field(None, description="LLM judge endpoint (reward=checklist_llm).")
+    judge_temperature: float = Field(0.6, ge=0, description="Judge sampling temperature (reference: 0.6).")
+    judge_attempts: int = Field(5, ge=1, description="Judge attempts per item before a judge error (reference: 5).")
+    simulator: EndpointConfig | None = Field(None, description="Frozen simulator endpoint (mode=simulator).")
+    weighting: Literal["per_output", "per_trajectory"] = Field(
+        "per_output", description="Role baseline weighting (reference code: per_output).")
+    single_update: bool = Field(True, description="One optimizer step per training step (paper), whatever the row count.")
+    seed: int = Field(0, description="Sampling seeds derive from (seed, step, prompt index, sample, role, call).")
+    threads: int = Field(256, ge=1, description="Episode threads per agent-loop worker (mostly waiting on the server).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LoopSettings":
+        if self.mode == "simulator" and self.simulator is None:
+            raise ConfigError("envace.mode='simulator' needs envace.simulator.base_url and envace.simulator.model "
+                              "(the frozen simulator's OpenAI-compatible endpoint)")
+        if self.reward == "checklist_llm" and self.judge is None:
+            raise ConfigError("envace.reward='checklist_llm' needs envace.judge.base_url and envace.judge.model "
+                              "(e.g. a vLLM server with Qwen3-30B-A3B)")
+        if self.reward == "env_state" and self.mode == "rehearse":
+            raise ConfigError("envace.reward='env_state' reads a real environment, which rehearse mode never "
+                              "touches; use envace.reward=checklist_rule (or envace.mode=env)")
+        return self
+
+    @classmethod
+    def from_verl(cls, config: Any) -> "LoopSettings":
+        """Read the `envace:` section of a verl DictConfig (absent = all defaults)."""
+        from omegaconf import OmegaConf
+
+        section = config.get(LOOP_SECTION) if hasattr(config, "get") else None
+        data = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else (section or {})
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            lines = [f"verl config: field '{LOOP_SECTION}.{'.'.join(str(p) for p in e['loc'])}' = "
+                     f"{e.get('input')!r}: {e['msg']}" for e in exc.errors()]
+            raise ConfigError("\n".join(lines) + "\nfix the +envace.* overrides (see configs/verl/)") from None
+
+
+class VerlLaunchConfig(BaseConfig):
+    """`envace train --backend verl CONFIG`: one verl run of EnvACE on an existing Ray cluster."""
+
+    model: str = Field(..., description="HF model path or name on every node (paper: Qwen3-8B).")
+    train_files: list[str] = Field(..., min_length=1, description="verl parquet files (envace data export-verl).")
+    val_files: list[str] = Field(default_factory=list, description="Validation parquet files (empty = train files).")
+    rollout: Literal["vllm", "sglang"] = Field("vllm", description="Rollout server backend.")
+    n: int = Field(4, ge=2, description="Trajectories per prompt K (paper: 4).")
+    train_batch_size: int = Field(16, ge=1, description="Prompts per training step (paper: 16).")
+    lr: float = Field(1e-6, gt=0, description="Actor learning rate (paper: 1e-6).")
+    clip_low: float = Field(0.2, gt=0, lt=1, description="PPO clip epsilon low.")
+    clip_high: float = Field(0.2, gt=0, description="PPO clip epsilon high.")
+    dual_clip_c: float = Field(3.0, gt=1, description="Dual-clip constant c.")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
+        "token-mean", description="Loss aggregation.")
+    use_kl: bool = Field(False, description="KL to the reference (paper: on at 1e-4; reference script: off).")
+    kl_coef: float = Field(1e-4, ge=0, description="KL loss coefficient.")
+    kl_type: Literal["low_var_kl", "kl", "mse", "abs"] = Field("low_var_kl", description="KL estimator.")
+    adv_estimator: Literal["envace_role_grpo", "grpo"] = Field(
+        "envace_role_grpo", description="envace_role_grpo (role-wise, EnvACE) or verl's plain grpo baseline.")
+    norm_std: bool = Field(False, description="Divide advantages by the group std (paper: off).")
+    temperature: float = Field(1.0, ge=0, description="verl rollout temperature (reference training: 1.0).")
+    allow_temperature_mismatch: bool = Field(
+        False, description="Allow role temperatures != rollout temperature (log-probs are then taken at the latter).")
+    max_prompt_length: int = Field(4000, ge=16, description="Initial prompt limit; longer rows are filtered (reference: 4000).")
+    rollout_prompt_length: int = Field(12000, ge=16, description="Prompt limit of any role call (reference: 12000).")
+    max_response_length: int = Field(8000, ge=1, description="Tokens per role call (reference: 8000).")
+    max_model_len: int = Field(20000, ge=32, description="Server context length (reference: 20000).")
+    tensor_parallel: int = Field(1, ge=1, description="Rollout tensor parallel size (reference: 1).")
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="Rollout server memory share (reference: 0.5).")
+    micro_batch_per_gpu: int = Field(1, ge=1, description="PPO micro-batch per GPU (reference: 1).")
+    log_prob_micro_batch_per_gpu: int = Field(8, ge=1, description="Log-prob micro-batch per GPU (reference: 8).")
+    nnodes: int = Field(2, ge=1, description="Nodes (paper: 2).")
+    n_gpus_per_node: int = Field(8, ge=1, description="GPUs per node (paper: 8).")
+    total_training_steps: int | None = Field(470, ge=1, description="Training steps (paper: 470); None = epochs.")
+    total_epochs: int = Field(1, ge=1, description="Epochs when total_training_steps is None.")
+    save_freq: int = Field(50, description="Checkpoint every N steps (reference: 50).")
+    test_freq: int = Field(10, description="Validate every N steps (reference: 10).")
+    project: str = Field("envace", description="verl project name (MLflow experiment).")
+    experiment: str = Field("envace_qwen3_8b", description="verl experiment name (MLflow run).")
+    checkpoint_dir: str | None = Field(None, description="trainer.default_local_dir; None = verl's default.")
+    loggers: list[str] = Field(default_factory=lambda: ["console", "mlflow"], description="verl trainer.logger.")
+    ray_address: str | None = Field(None, description="Ray cluster address; None = $RAY_ADDRESS.")
+    python: str = Field("python", description="Python executable on the driver node.")
+    loop: LoopSettings = Field(default_factory=LoopSettings, description="The agent loop's envace: section.")
+    overrides: list[str] = Field(default_factory=list, description="Extra raw Hydra overrides, appended last.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "VerlLaunchConfig":
+        total = self.train_batch_size * self.n
+        gpus = self.nnodes * self.n_gpus_per_node
+        if total % gpus:
+            raise ConfigError(f"train_batch_size x n = {total} rows is not divisible by nnodes x n_gpus_per_node = "
+                              f"{gpus}; verl needs whole rows per GPU: change train_batch_size or n")
+        if self.max_prompt_length > self.rollout_prompt_length:
+            raise ConfigError(f"max_prompt_length {self.max_prompt_length} > rollout_prompt_length "
+                              f"{self.rollout_prompt_length}; a first prompt must fit a role call")
+        if self.rollout_prompt_length + 1 > self.max_model_len:
+            raise ConfigError(f"rollout_prompt_length {self.rollout_prompt_length} leaves no room to generate in "
+                              f"max_model_len {self.max_model_len}; raise max_model_len")
+        if not self.allow_temperature_mismatch:
+            for role in ("act", "rehearse"):
+                t = getattr(self.loop, role).temperature
+                if t is not None and t != self.temperature:
+                    raise ConfigError(
+                        f"loop.{role}.temperature = {t} differs from temperature = {self.temperature}; verl 0.9.1 "
+                        f"computes training log-probs at the rollout temperature only. Set temperature={t}, or "
+                        f"allow_temperature_mismatch=true to accept the mismatch")
+        return self

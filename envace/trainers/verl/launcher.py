@@ -1,0 +1,210 @@
+"""`envace train --backend verl CONFIG`: the Hydra overrides and the `python -m verl.trainer.main_ppo`
+command of one EnvACE run on an existing Ray cluster.
+
+`build_overrides(cfg)` maps a `VerlLaunchConfig` onto verl 0.9.1's `ppo_trainer` config keys (model,
+vLLM/SGLang async rollout, n = K, lengths, PPO clip + dual clip, token-mean, the KL switch, lr, batch,
+data files, nodes x GPUs, the envace agent loop / trainer / estimator / reward function, and the
+`envace:` section the agent loop reads). `launch_verl(cfg)` runs the command against `RAY_ADDRESS`
+with `VERL_USE_EXTERNAL_MODULES=envace.trainers.verl_plugin` in the job's runtime env, so every Ray
+worker registers envace even where the `verl.plugins` entry point is not installed.
+`compose_verl_config(overrides)` composes verl's own Hydra config with them (no GPU needed): an unknown
+key or a bad value fails there, before any cluster time is spent.
+
+Departures from the reference launcher: verl 0.9.1's V1 trainer instead of a forked verl 0.3; one
+optimizer step per training step comes from the envace trainer (`envace.single_update`) rather than an
+adaptive mini-batch size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from envace.config import ConfigError, load_config
+from envace.trainers.verl.config import LOOP_SECTION, VerlLaunchConfig
+
+PLUGIN_MODULE = "envace.trainers.verl_plugin"
+MAIN_MODULE = "verl.trainer.main_ppo"
+AGENT_LOOPS_YAML = Path(__file__).with_name("agent_loops.yaml")
+REWARD_FILE = Path(__file__).with_name("reward.py")
+FORWARDED_ENV = ("MLFLOW_TRACKING_URI", "HF_HOME", "HF_HUB_OFFLINE")  # copied into the job env when set
+
+
+def hydra_value(value: Any) -> str:
+    """A value in Hydra's override grammar: strings single-quoted, lists bracketed, None as null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"
+
+
+def _flat(prefix: str, data: dict[str, Any]) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        path = f"{prefix}.{key}"
+        if isinstance(value, dict):
+            out.extend(_flat(path, value))
+        elif value is not None:
+            out.append((path, value))
+    return out
+
+
+def build_overrides(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None) -> list[str]:
+    """verl Hydra overrides for `cfg`, in a stable order (raw `cfg.overrides` last, so they win).
+    `environ` (default os.environ) supplies the variables forwarded to every Ray worker."""
+    arr = "actor_rollout_ref"
+    kv: list[tuple[str, Any]] = [
+        (f"{arr}.model.path", cfg.model),
+        (f"{arr}.model.use_remove_padding", True),
+        (f"{arr}.model.enable_gradient_checkpointing", True),
+        (f"{arr}.actor.optim.lr", cfg.lr),
+        (f"{arr}.actor.ppo_mini_batch_size", cfg.train_batch_size),
+        (f"{arr}.actor.ppo_micro_batch_size_per_gpu", cfg.micro_batch_per_gpu),
+        (f"{arr}.actor.ppo_epochs", 1),
+        (f"{arr}.actor.clip_ratio_low", cfg.clip_low),
+        (f"{arr}.actor.clip_ratio_high", cfg.clip_high),
+        (f"{arr}.actor.clip_ratio_c", cfg.dual_clip_c),
+        (f"{arr}.actor.loss_agg_mode", cfg.loss_agg_mode),
+        (f"{arr}.actor.entropy_coeff", 0),
+        (f"{arr}.actor.use_kl_loss", cfg.use_kl),
+        (f"{arr}.actor.kl_loss_coef", cfg.kl_coef),
+        (f"{arr}.actor.kl_loss_type", cfg.kl_type),
+        (f"{arr}.actor.fsdp_config.param_offload", False),
+        (f"{arr}.actor.fsdp_config.optimizer_offload", True),
+        (f"{arr}.ref.fsdp_config.param_offload", True),
+        (f"{arr}.ref.log_prob_micro_batch_size_per_gpu", cfg.log_prob_micro_batch_per_gpu),
+        (f"{arr}.rollout.name", cfg.rollout),
+        (f"{arr}.rollout.mode", "async"),
+        (f"{arr}.rollout.n", cfg.n),
+        (f"{arr}.rollout.temperature", cfg.temperature),
+        (f"{arr}.rollout.top_p", 1.0),
+        (f"{arr}.rollout.prompt_length", cfg.rollout_prompt_length),
+        (f"{arr}.rollout.response_length", cfg.max_response_length),
+        (f"{arr}.rollout.max_model_len", cfg.max_model_len),
+        (f"{arr}.rollout.tensor_model_parallel_size", cfg.tensor_parallel),
+        (f"{arr}.rollout.gpu_memory_utilization", cfg.gpu_memory_utilization),
+        (f"{arr}.rollout.calculate_log_probs", True),
+        (f"{arr}.rollout.log_prob_micro_batch_size_per_gpu", cfg.log_prob_micro_batch_per_gpu),
+        (f"{arr}.rollout.val_kwargs.n", cfg.n),
+        (f"{arr}.rollout.val_kwargs.temperature", 0.6),
+        (f"{arr}.rollout.val_kwargs.top_p", 0.95),
+        (f"{arr}.rollout.val_kwargs.do_sample", True),
+        (f"{arr}.rollout.agent.default_agent_loop", "envace_agent"),
+        (f"{arr}.rollout.agent.agent_loop_config_path", str(AGENT_LOOPS_YAML)),
+        ("algorithm.adv_estimator", cfg.adv_estimator),
+        ("algorithm.norm_adv_by_std_in_grpo", cfg.norm_std),
+        ("algorithm.use_kl_in_reward", False),
+        ("data.train_files", list(cfg.train_files)),
+        ("data.val_files", list(cfg.val_files or cfg.train_files)),
+        ("data.train_batch_size", cfg.train_batch_size),
+        ("data.max_prompt_length", cfg.max_prompt_length),
+        ("data.max_response_length", cfg.max_response_length),
+        ("data.filter_overlong_prompts", True),
+        ("data.return_raw_chat", True),
+        ("reward.custom_reward_function.path", str(REWARD_FILE)),
+        ("reward.custom_reward_function.name", "compute_score"),
+        ("trainer.use_v1", True),
+        ("trainer.v1.trainer_mode", "envace"),
+        ("trainer.nnodes", cfg.nnodes),
+        ("trainer.n_gpus_per_node", cfg.n_gpus_per_node),
+        ("trainer.total_epochs", cfg.total_epochs),
+        ("trainer.total_training_steps", cfg.total_training_steps),
+        ("trainer.save_freq", cfg.save_freq),
+        ("trainer.test_freq", cfg.test_freq),
+        ("trainer.project_name", cfg.project),
+        ("trainer.experiment_name", cfg.experiment),
+        ("trainer.logger", list(cfg.loggers)),
+    ]
+    if cfg.checkpoint_dir:
+        kv.append(("trainer.default_local_dir", cfg.checkpoint_dir))
+    out = [f"{k}={hydra_value(v)}" for k, v in kv]
+    # new keys: '+' adds them to verl's struct config
+    out += [f"+{k}={hydra_value(v)}" for k, v in _flat(LOOP_SECTION, cfg.loop.model_dump(mode="json"))]
+    for name, value in job_env(cfg, environ).items():
+        out.append(f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}={hydra_value(value)}")
+    return out + list(cfg.overrides)
+
+
+def job_env(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment variables every Ray worker of the job gets (the plugin, MLflow, HF cache)."""
+    environ = os.environ if environ is None else environ
+    env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE}
+    env.update({k: environ[k] for k in FORWARDED_ENV if environ.get(k)})
+    return env
+
+
+def verl_command(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None) -> list[str]:
+    return [cfg.python, "-m", MAIN_MODULE, *build_overrides(cfg, environ)]
+
+
+def verl_config_dir() -> Path:
+    """verl's Hydra config directory, found without importing verl (its import is slow)."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        from envace.trainers.verl.deps import INSTALL_VERL
+
+        raise ConfigError(f"verl is not installed; {INSTALL_VERL}")
+    return Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
+
+
+def compose_verl_config(overrides: list[str]) -> Any:
+    """verl's `ppo_trainer` config composed with `overrides` (Hydra's compose API; CPU only)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+def launch_verl(cfg: VerlLaunchConfig, *, dry_run: bool = False, environ: dict[str, str] | None = None) -> list[str]:
+    """Run verl's main_ppo for `cfg` against the Ray cluster at `cfg.ray_address` / $RAY_ADDRESS (blocking).
+
+    Returns the command. With `dry_run` nothing runs and no cluster is needed.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    cmd = verl_command(cfg, environ)
+    if dry_run:
+        return cmd
+    address = cfg.ray_address or environ.get("RAY_ADDRESS")
+    if not address:
+        raise ConfigError("no Ray cluster: set ray_address in the config or export RAY_ADDRESS=<head>:6379 "
+                          "(start one with `ray start --head` on the head node and `ray start --address=...` "
+                          "on the others)")
+    environ.update({"RAY_ADDRESS": address, **job_env(cfg, environ)})
+    subprocess.run(cmd, env=environ, check=True)
+    return cmd
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="envace train --backend verl",
+                                     description="Run EnvACE on verl 0.9.1 (Ray + vLLM) from an envace config.")
+    parser.add_argument("config", help="YAML of VerlLaunchConfig (e.g. configs/verl/envace_qwen3_8b.yaml)")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of the envace config")
+    parser.add_argument("--dry-run", action="store_true", help="print the command and overrides; run nothing")
+    parser.add_argument("--check", action="store_true", help="compose verl's Hydra config with the overrides first")
+    args = parser.parse_intermixed_args(argv)
+    cfg = load_config(VerlLaunchConfig, args.config, args.overrides)
+    if args.check or args.dry_run:
+        compose_verl_config(build_overrides(cfg))
+    cmd = launch_verl(cfg, dry_run=args.dry_run)
+    if args.dry_run:
+        print(f"RAY_ADDRESS={cfg.ray_address or os.environ.get('RAY_ADDRESS', '<unset>')} \\")
+        print(" \\\n    ".join(shlex.quote(c) for c in cmd))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""envace's V1 trainer for verl 0.9.1, registered as `trainer.v1.trainer_mode=envace`.
+
+A subclass of verl's synchronous trainer (`PPOTrainerSync`) that changes two steps:
+- `_compute_advantage`: with `algorithm.adv_estimator=envace_role_grpo` it fetches, besides the fields
+  verl's own step reads from TransferQueue (uid, response mask, rm_scores, ...), each row's
+  `extra_fields` (role, scored flag) and uses the row keys `{uid}_{session}_{index}` as trajectory ids,
+  then groups by (uid, role) with envace's `role_grpo_advantages` (see advantage.py) and writes
+  token-level advantages back. verl's own step, by contrast, keeps only each session's LAST row for
+  GRPO and broadcasts its advantage to the session's other rows, which would erase the roles. KL in
+  the reward and rollout correction are applied as in verl's step. Any other estimator runs verl's step.
+- `_update_actor`: with `envace.single_update` (default) the actor takes ONE optimizer step per
+  training step, as in the paper: the mini-batch is the whole (padded) batch, whatever number of role
+  calls it holds. verl would otherwise split rows into mini-batches of ppo_mini_batch_size x n rows,
+  and a step of EnvACE rows (one per role call) is several times that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from omegaconf import open_dict
+
+from envace.trainers.verl.advantage import ESTIMATOR, apply_role_advantages
+from envace.trainers.verl.config import LoopSettings
+from envace.trainers.verl.deps import require
+
+TRAINER_MODE = "envace"
+
+_v1 = require("verl.trainer.ppo.v1")
+_tq = require("transfer_queue")
+_protocol = require("verl.protocol")
+_ray_trainer = require("verl.trainer.ppo.ray_trainer")
+_padding = require("verl.workers.utils.padding")
+_tensordict = require("tensordict")
+
+# verl's advantage step reads these; absent ones (no critic, no reference) simply do not come back
+_FIELDS = ("uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob", "values")
+
+
+@_v1.register_trainer(TRAINER_MODE)
+class EnvaceTrainer(_v1.PPOTrainerSync):
+    """verl's synchronous V1 trainer with role-wise GRPO advantages and one update per step."""
+
+    @property
+    def envace_settings(self) -> LoopSettings:
+        if getattr(self, "_envace_settings", None) is None:
+            self._envace_settings = LoopSettings.from_verl(self.config)
+        return self._envace_settings
+
+    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        algo = self.config.algorithm
+        if algo.adv_estimator != ESTIMATOR:
+            return super()._compute_advantage(batch, metrics)
+        td = _tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                              select_fields=list(_FIELDS) + ["extra_fields"])
+        nested_mask = td["response_mask"]
+        extra = td.pop("extra_fields").tolist()  # plain dicts (iterating would give NonTensorData wrappers)
+        uids = np.array([str(u) for u in td.pop("uid").tolist()], dtype=object)
+        data = _protocol.DataProto(batch=td.to_padded_tensor())
+        data.non_tensor_batch["uid"] = uids
+        data.batch["token_level_scores"] = data.batch["rm_scores"]
+        if algo.use_kl_in_reward:
+            data, kl_metrics = _ray_trainer.apply_kl_penalty(data, kl_ctrl=self.kl_ctrl_in_reward,
+                                                             kl_penalty=algo.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+        correction = algo.get("rollout_correction", None)
+        bypass = bool(correction and correction.get("bypass_mode", False))
+        corrected = correction is not None and "rollout_log_probs" in data.batch and not bypass
+        if corrected:
+            helper = require("verl.trainer.ppo.rollout_corr_helper")
+            data, is_metrics = helper.compute_rollout_correction_and_add_to_batch(data, correction)
+            metrics.update(is_metrics)
+        settings = self.envace_settings
+        metrics.update(apply_role_advantages(data, batch.keys, extra, batch.tags, weighting=settings.weighting,
+                                             norm_std=bool(algo.get("norm_adv_by_std_in_grpo", False))))
+        names = ["advantages", "returns"]
+        if algo.use_kl_in_reward:
+            names.append("token_level_rewards")
+        if corrected:
+            names.append("response_mask")
+            if "rollout_is_weights" in data.batch:
+                names.append("rollout_is_weights")
+        out = _tensordict.TensorDict({k: _padding.response_to_nested(data.batch[k], nested_mask) for k in names},
+                                     batch_size=len(batch))
+        return _tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
+
+    def _update_actor(self, batch: Any, metrics: dict) -> Any:
+        if not self.envace_settings.single_update:
+            return super()._update_actor(batch, metrics)
+        actor = self.config.actor_rollout_ref.actor
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        rows = len(batch)
+        if rows % n:
+            raise ValueError(f"{rows} rows are not a multiple of rollout.n={n}; verl pads batches to "
+                             "ppo_mini_batch_size x n, so check actor.ppo_mini_batch_size")
+        previous = actor.ppo_mini_batch_size
+        # verl sizes the mini-batch as ppo_mini_batch_size x n rows: make that the whole batch, for this call only
+        with open_dict(actor):
+            actor.ppo_mini_batch_size = rows // n
+        try:
+            return super()._update_actor(batch, metrics)
+        finally:
+            with open_dict(actor):
+                actor.ppo_mini_batch_size = previous
