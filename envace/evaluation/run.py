@@ -1,0 +1,57 @@
+"""`envace eval`: one checkpoint on the tool world and/or the benchmarks, optionally with test-time
+rehearsal; results written as JSON beside the model (or to `out_dir`) and, when tracking is on, to one
+MLflow run (metrics + the JSON as an artifact)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envace.evaluation.config import EvalConfig
+from envace.evaluation.world import evaluate_world
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """A model dir, or a `step_*` checkpoint dir (its `policy/` or `act/` model)."""
+    p = Path(path)
+    for sub in ("policy", "act"):
+        if (p / sub / "config.json").is_file():
+            return p / sub
+    return p
+
+
+def run_eval(cfg: EvalConfig) -> dict[str, Any]:
+    from envace.engines.hf import HFEngine
+    from envace.models.loading import load_policy, pick_device
+    from envace.tasksource import load_tasks
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    t0 = time.perf_counter()
+    model_dir = resolve_model_dir(cfg.model)
+    device = torch.device(cfg.device) if cfg.device else pick_device()
+    model, tok = load_policy(model_dir, device=device)
+    results: dict[str, Any] = {"model": str(model_dir)}
+    engine = HFEngine(model, tok, device=device)
+    if "world" in cfg.benchmarks:
+        tasks = load_tasks(cfg.data, split=cfg.split, n=cfg.n_tasks)
+        results["world"] = evaluate_world(engine, tasks, cfg.rollout, k=cfg.k, seeds=cfg.seeds,
+                                          with_fidelity=cfg.fidelity, tts_n=cfg.tts_n, tts_mode=cfg.tts_mode)
+    others = [b for b in cfg.benchmarks if b != "world"]
+    if others:
+        from envace.benchmarks.run import run_benchmarks
+        from envace.engines.chat_model import HFChatPolicy, LocalChatModel
+
+        policy = HFChatPolicy(LocalChatModel(engine, name=model_dir.name))
+        results["benchmarks"] = run_benchmarks(others, policy, limit=cfg.bench_limit, k=cfg.k, seed=cfg.seeds[0],
+                                               tts_n=cfg.tts_n, tts_mode=cfg.tts_mode)
+    results["wall_s"] = time.perf_counter() - t0
+    out = Path(cfg.out_dir) if cfg.out_dir else model_dir.parent / f"eval_{model_dir.name}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(results, indent=2, default=str))
+    results["written_to"] = str(out / "eval.json")
+    return results

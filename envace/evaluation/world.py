@@ -1,0 +1,116 @@
+"""Evaluation on the built-in tool world with the REAL environment.
+
+For each evaluation seed: K committed episodes per task in `env` mode (or test-time rehearsal first),
+scored by the verifiable end state (success: the world's final database and the stated answers match
+the gold ones) and by the CM2 checklist (rule judge). Reported as Avg@k overall and per domain, plus
+tool-call validity. Rehearsal fidelity comes from a separate `rehearse`-mode pass in which each call is
+also executed in a shadow real environment the policy never sees: JSON validity, shape (schema)
+correctness, exact match and field-level F1 of rehearsed vs real responses, overall and per tool.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import asdict
+from typing import Any
+
+from envace.config import RolloutConfig, SamplingConfig
+from envace.engines.base import GenerationEngine
+from envace.rewards.env_reward import env_state_reward
+from envace.rewards.rule_judge import score_rule
+from envace.rollout import run_rollout
+from envace.tracking.fidelity import aggregate_by_tool, fidelity_metrics
+from envace.types import ErrorCode, Mode, Role, Task, Trajectory
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def score_episodes(trajs: list[Trajectory]) -> dict[str, Any]:
+    """Success (end state), checklist reward and tool-call validity, overall and per domain."""
+    per_domain: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    succ, rew, valid = [], [], []
+    for t in trajs:
+        s = env_state_reward(t).reward or 0.0
+        r = score_rule(t).score
+        succ.append(s)
+        rew.append(r or 0.0)
+        per_domain[t.task.domain or "?"]["success"].append(s)
+        per_domain[t.task.domain or "?"]["reward"].append(r or 0.0)
+        t.reward = r
+        t.reward_breakdown.setdefault("success", s)
+        for u in t.turns_of(Role.ACT):
+            valid.append(0.0 if u.parse_error not in (None, ErrorCode.NO_TOOL_CALL) else 1.0)
+    return {"success": _mean(succ), "reward": _mean(rew), "tool_call_validity": _mean(valid),
+            "episodes": len(trajs),
+            "per_domain": {d: {k: _mean(v) for k, v in m.items()} for d, m in sorted(per_domain.items())}}
+
+
+def fidelity(trajs: list[Trajectory]) -> dict[str, Any]:
+    """Rehearsed vs real responses for every Rehearse turn that has a shadow real observation."""
+    pairs = []
+    for t in trajs:
+        for u in t.turns_of(Role.REHEARSE):
+            if u.real_observation is None or u.call is None:
+                continue
+            pairs.append((u.call.name, fidelity_metrics(u.text, u.real_observation.content)))
+    if not pairs:
+        return {"pairs": 0}
+    overall = {k: _mean([float(p[k]) for _, p in pairs]) for k in ("json_valid", "schema_ok", "exact_match", "field_f1")}
+    per_tool = {name: asdict(v) for name, v in aggregate_by_tool(pairs).items()}
+    return {"pairs": len(pairs), **overall, "per_tool": per_tool}
+
+
+def _with_temperature(cfg: RolloutConfig, temperature: float) -> RolloutConfig:
+    return cfg.model_copy(update={"act": SamplingConfig(**{**cfg.act.model_dump(), "temperature": temperature})})
+
+
+def evaluate_world(engine: GenerationEngine, tasks: list[Task], rollout: RolloutConfig, *, k: int = 1,
+                   seeds: list[int] = (0,), temperature: float | None = None, with_fidelity: bool = True,
+                   tts_n: int = 1, tts_mode: str = "parallel") -> dict[str, Any]:
+    """Evaluate `engine` on `tasks`; returns mean and per-seed scores (and fidelity)."""
+    from envace.worlds.environment import WorldEnvironment
+
+    cfg = rollout if temperature is None else _with_temperature(rollout, temperature)
+    per_seed = []
+    fid_trajs: list[Trajectory] = []
+    for seed in seeds:
+        if tts_n > 1:
+            from envace.rollout.tts import tts_rollout
+
+            trajs = [t for _ in range(k) for t in
+                     tts_rollout(tasks, engine, cfg, tts_n, tts_mode, WorldEnvironment, seed)]
+        else:
+            trajs = run_rollout(tasks, k=k, policy=engine, cfg=cfg, mode=Mode.ENV, env_factory=WorldEnvironment,
+                                seed=seed)
+        per_seed.append(score_episodes(trajs))
+        if with_fidelity:
+            fid_trajs += run_rollout(tasks, k=1, policy=engine, cfg=cfg, mode=Mode.REHEARSE,
+                                     shadow_env_factory=WorldEnvironment, seed=seed)
+    out: dict[str, Any] = {
+        "success": _mean([s["success"] for s in per_seed]),
+        "reward": _mean([s["reward"] for s in per_seed]),
+        "tool_call_validity": _mean([s["tool_call_validity"] for s in per_seed]),
+        "success_per_seed": [s["success"] for s in per_seed],
+        "reward_per_seed": [s["reward"] for s in per_seed],
+        "success_seed_std": statistics.pstdev([s["success"] for s in per_seed]) if len(per_seed) > 1 else 0.0,
+        "per_domain": per_seed[0]["per_domain"] if len(per_seed) == 1 else _merge_domains(per_seed),
+        "tasks": len(tasks), "k": k, "seeds": list(seeds), "temperature": cfg.act.temperature,
+        "tts": {"n": tts_n, "mode": tts_mode},
+    }
+    if with_fidelity:
+        out["fidelity"] = fidelity(fid_trajs)
+    return out
+
+
+def _merge_domains(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    doms = per_seed[0]["per_domain"].keys()
+    return {d: {k: _mean([s["per_domain"][d][k] for s in per_seed]) for k in per_seed[0]["per_domain"][d]}
+            for d in doms}
+
+
+def dumps(result: dict[str, Any]) -> str:
+    return json.dumps(result, indent=2, default=str)
