@@ -73,6 +73,18 @@ class _Policy:
         return rows if name == "policy" else role_rows(rows, Role(name))
 
 
+def update_models(policy: "_Policy", rows, cfg: TrainConfig) -> dict:
+    """One optimizer step per model; with a per-role policy each model sees only its own role's rows."""
+    updates = {}
+    for name in policy.names:
+        mine = policy.rows_for(name, rows)
+        if mine:
+            updates[name] = policy_update(policy.models[name], policy.optimizers[name], mine, cfg.algo,
+                                          pad_id=policy.tokenizer.pad_token_id, micro_batch=cfg.micro_batch,
+                                          grad_clip=cfg.optim.grad_clip, ref_model=policy.refs.get(name))
+    return updates
+
+
 def _frozen_copy(model):
     ref = copy.deepcopy(model).eval()
     for p in ref.parameters():
@@ -129,13 +141,7 @@ def train(cfg: TrainConfig) -> TrainResult:
             scorer.score(trajs)
             rows = build_rows(trajs)
             assign_advantages(rows, trajs, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std)
-            updates = {}
-            for name in policy.names:
-                mine = policy.rows_for(name, rows)
-                if mine:
-                    updates[name] = policy_update(policy.models[name], policy.optimizers[name], mine, cfg.algo,
-                                                  pad_id=policy.tokenizer.pad_token_id, micro_batch=cfg.micro_batch,
-                                                  grad_clip=cfg.optim.grad_clip, ref_model=policy.refs.get(name))
+            updates = update_models(policy, rows, cfg)
             metrics = step_metrics(trajs, rows, updates, t_roll, time.perf_counter() - t0)
             result.history.append({"step": step, **metrics})
             tracker.log_step(step, metrics, trajs)

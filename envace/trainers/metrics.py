@@ -60,6 +60,7 @@ def step_metrics(trajs: list[Trajectory], rows: list[TrainRow], updates: dict, t
                 m[f"{role}/{k}"] = v
     for reason, n in Counter(t.termination.value if t.termination else "none" for t in trajs).items():
         m[f"termination/{reason}"] = n / len(trajs)
+    m["env_calls"] = float(sum(t.env_calls for t in trajs))
     m["time/rollout_s"] = t_rollout
     m["time/step_s"] = t_step
     return m

@@ -115,7 +115,8 @@ def apply_role_advantages(data: Any, batch_keys: Sequence[str], extra_fields: Se
     return role_metrics(adv, data.batch["response_mask"], roles, scored)
 
 
-def role_metrics(adv: torch.Tensor, mask: torch.Tensor, roles: Sequence[Role], scored: Sequence[bool]) -> dict[str, float]:
+def role_metrics(adv: torch.Tensor, mask: torch.Tensor, roles: Sequence[Role],
+                 scored: Sequence[bool]) -> dict[str, float]:
     per_row = adv.sum(-1) / mask.sum(-1).clamp(min=1)
     out: dict[str, float] = {}
     for role in (Role.ACT, Role.REHEARSE):

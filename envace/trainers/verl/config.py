@@ -24,7 +24,7 @@ LOOP_SECTION = "envace"  # top-level key of the Hydra config holding LoopSetting
 class EndpointConfig(BaseConfig):
     base_url: str = Field(..., description="OpenAI-compatible server, e.g. http://judge-host:8000/v1.")
     model: str = Field(..., description="Served model name (vllm serve --served-model-name).")
-    api_key_env: str | None = Field(None, description="Environment variable holding the API key (never the key).")
+    api_key_env: str | None = Field(None, description="Environment variable holding the API key (not the key).")
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds (reference judge: 120).")
     max_retries: int = Field(4, ge=0, description="Transport retries per request.")
 
@@ -33,7 +33,7 @@ class RoleSampling(BaseConfig):
     temperature: float | None = Field(None, ge=0.0, le=10.0,
                                       description="Role temperature; None = verl's rollout (or val) temperature.")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="Role nucleus mass; None = verl's.")
-    max_tokens: int | None = Field(None, ge=1, description="Most tokens one call writes; None = rollout.response_length.")
+    max_tokens: int | None = Field(None, ge=1, description="Most tokens a call writes; None = rollout.response_length.")
 
 
 class LoopSettings(BaseConfig):
@@ -44,7 +44,7 @@ class LoopSettings(BaseConfig):
     act: RoleSampling = Field(default_factory=RoleSampling, description="Sampling of the Act role.")
     rehearse: RoleSampling = Field(default_factory=RoleSampling, description="Sampling of the Rehearse role.")
     max_assistant_turns: int = Field(30, ge=1, description="Act generations per episode (reference: 30).")
-    max_calls_per_turn: int = Field(20, ge=1, description="Tool calls per user turn (reference max_parallel_calls: 20).")
+    max_calls_per_turn: int = Field(20, ge=1, description="Tool calls per user turn (reference: 20).")
     max_context_tokens: int | None = Field(
         None, ge=32, description="Prompt + response limit of one call; None = rollout prompt + response length.")
     few_shot: bool = Field(True, description="Show the task's reference (call, response) pairs to Rehearse.")
@@ -59,7 +59,7 @@ class LoopSettings(BaseConfig):
     simulator: EndpointConfig | None = Field(None, description="Frozen simulator endpoint (mode=simulator).")
     weighting: Literal["per_output", "per_trajectory"] = Field(
         "per_output", description="Role baseline weighting (reference code: per_output).")
-    single_update: bool = Field(True, description="One optimizer step per training step (paper), whatever the row count.")
+    single_update: bool = Field(True, description="One optimizer step per training step (paper), any row count.")
     seed: int = Field(0, description="Sampling seeds derive from (seed, step, prompt index, sample, role, call).")
     threads: int = Field(256, ge=1, description="Episode threads per agent-loop worker (mostly waiting on the server).")
 
@@ -115,7 +115,7 @@ class VerlLaunchConfig(BaseConfig):
     temperature: float = Field(1.0, ge=0, description="verl rollout temperature (reference training: 1.0).")
     allow_temperature_mismatch: bool = Field(
         False, description="Allow role temperatures != rollout temperature (log-probs are then taken at the latter).")
-    max_prompt_length: int = Field(4000, ge=16, description="Initial prompt limit; longer rows are filtered (reference: 4000).")
+    max_prompt_length: int = Field(4000, ge=16, description="First-prompt limit; longer rows dropped (ref.: 4000).")
     rollout_prompt_length: int = Field(12000, ge=16, description="Prompt limit of any role call (reference: 12000).")
     max_response_length: int = Field(8000, ge=1, description="Tokens per role call (reference: 8000).")
     max_model_len: int = Field(20000, ge=32, description="Server context length (reference: 20000).")

@@ -2,8 +2,8 @@
 
 `run_episode` is synchronous (it runs in a worker thread): it drives envace's rollout state machine
 (`envace.rollout.run_rollout`, one task, one sample) with the given policy engine (the bridge to verl's
-servers), then scores the trajectory with the configured reward (checklist rule judge, LLM judge, or
-the tool world's end state). `episode_outputs` turns every *trainable* generation into one row:
+servers), then scores the trajectory with the embedded trainer's `RewardScorer` (checklist rule judge, LLM
+judge, or the tool world's end state, verified by replaying the Act calls on a fresh world). `episode_outputs` turns every *trainable* generation into one row:
 prompt = that call's full prompt ids, response = its generated ids (mask all 1, its sampled log-probs),
 `reward_score` = the episode reward on every row, and `extra_fields` carrying the role, the trajectory
 id and the turn index for the role-wise advantage. Frozen-simulator generations are not rows.
@@ -24,7 +24,8 @@ from typing import Any
 
 from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.base import GenerationEngine
-from envace.rewards import JudgeSettings, LLMJudge, RewardResult, rule_turn_gate, score_trajectory
+from envace.rewards import JudgeSettings, LLMJudge
+from envace.trainers.rewarding import RewardScorer
 from envace.rollout import run_rollout
 from envace.trainers.verl.config import EndpointConfig, LoopSettings
 from envace.types import Environment, Mode, Task, Trajectory
@@ -32,9 +33,8 @@ from envace.types import Environment, Mode, Task, Trajectory
 
 @dataclass
 class EpisodeResult:
-    trajectory: Trajectory
-    reward: RewardResult
-    environments: list[Environment]  # real environments created (env mode only)
+    trajectory: Trajectory  # scored: reward, reward_breakdown and termination set
+    environments: list[Environment]  # real environments the rollout created (env mode only)
     rollout_seconds: float
     score_seconds: float
 
@@ -96,20 +96,15 @@ def run_episode(task: Task, settings: LoopSettings, cfg: RolloutConfig, policy: 
             created.append(env)
             return env
 
-    gate = None
-    if settings.reward == "checklist_rule":
-        def gate(traj: Trajectory, user_turn: int) -> bool:
-            return rule_turn_gate(traj.task, traj.messages, user_turn)
-
+    # the embedded trainer's scorer: same turn gate (rule judge; none for the LLM judge) and same reward
+    scorer = RewardScorer(settings.reward, judge=judge_for(settings))
     t0 = time.perf_counter()
     (traj,) = run_rollout([task], k=1, policy=policy, cfg=cfg, mode=mode, env_factory=factory,
-                          simulator=simulator, step=step, seed=seed, turn_gate=gate,
+                          simulator=simulator, step=step, seed=seed, turn_gate=scorer.turn_gate,
                           rehearse_style=settings.rehearse_style, enable_thinking=enable_thinking)
     t1 = time.perf_counter()
-    result = score_trajectory(traj, settings.reward, env=created[0] if created else None,
-                              judge=judge_for(settings))
-    result.apply_to(traj)
-    return EpisodeResult(traj, result, created, t1 - t0, time.perf_counter() - t1)
+    scorer.score([traj])
+    return EpisodeResult(traj, created, t1 - t0, time.perf_counter() - t1)
 
 
 def _world_environment() -> Environment:
