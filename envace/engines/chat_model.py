@@ -1,0 +1,224 @@
+"""Chat on top of a local `GenerationEngine`: OpenAI messages + tools in, assistant text and parsed Hermes
+tool calls out. `envace serve` (server.py) puts this behind HTTP; `HFChatPolicy` uses it directly as a
+`BenchPolicy` (no HTTP) for benchmarks run in-process.
+
+Pipeline per request: normalise the messages (assistant tool-call arguments given as JSON strings become
+objects, as vLLM does before templating), render them with the model's own chat template and the tools,
+generate with `envace.engines.hf.HFEngine` (token ids in, text out; per-request seed), cut the text at the
+first stop string (OpenAI semantics: the stop text is not returned), split `<think>` reasoning off, and
+parse `<tool_call>` blocks with `envace.toolcall.parse_tool_calls`. As with vLLM's hermes parser, a
+malformed block leaves the whole text as content with no calls, and no tool-name whitelist is applied.
+
+`json_schema` is best effort: the schema goes into the system prompt as an instruction and the first JSON
+value found in the reply is returned as the content. There is no constrained decoding here (vLLM's guided
+decoding does constrain), so a small model may still answer with something else.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envace.benchmarks.base import AssistantReply
+from envace.engines.base import GenerationEngine, GenRequest
+from envace.roles.act import END_MARKERS
+from envace.toolcall import parse_tool_calls
+from envace.types import ErrorCode, ToolCall
+
+JSON_INSTRUCTION = "Respond only with one JSON value that matches this JSON schema:\n{schema}"
+
+
+class ChatRequestError(ValueError):
+    """The request cannot be served (bad messages, prompt too long); the message says why."""
+
+
+@dataclass
+class LocalChoice:
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str = "stop"
+    reasoning: str = ""
+    completion_tokens: int = 0
+    parse_error: ErrorCode | None = None
+    detail: str = ""
+    raw_text: str = ""
+
+
+def normalize_messages(messages: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Copy OpenAI messages into the shape chat templates expect. Raises ChatRequestError on bad input."""
+    if not isinstance(messages, list) or not messages:
+        raise ChatRequestError("messages must be a non-empty list of {role, content} objects")
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+            raise ChatRequestError(f"messages[{i}] must be an object with a string 'role'")
+        msg = dict(m)
+        content = msg.get("content")
+        if content is None:
+            content = ""
+        elif isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+        elif not isinstance(content, str):
+            raise ChatRequestError(f"messages[{i}].content must be a string, a list of parts or null")
+        msg["content"] = content
+        if msg.get("tool_calls"):
+            calls = []
+            for call in msg["tool_calls"]:
+                call = dict(call)
+                fn = dict(call.get("function") or {})
+                args = fn.get("arguments")
+                if isinstance(args, str):
+                    try:
+                        fn["arguments"] = json.loads(args) if args.strip() else {}
+                    except json.JSONDecodeError:
+                        pass  # template writes the string verbatim, as the model wrote it
+                call["function"] = fn
+                calls.append(call)
+            msg["tool_calls"] = calls
+        out.append(msg)
+    return out
+
+
+def _with_json_instruction(messages: list[dict[str, Any]], schema: Mapping[str, Any]) -> list[dict[str, Any]]:
+    note = JSON_INSTRUCTION.format(schema=json.dumps(schema, ensure_ascii=False))
+    if messages[0]["role"] == "system":
+        return [{**messages[0], "content": messages[0]["content"] + "\n\n" + note}] + messages[1:]
+    return [{"role": "system", "content": note}] + messages
+
+
+def extract_json(text: str) -> str | None:
+    """The first JSON object/array in `text` (as written), or None."""
+    stripped = text.strip()
+    try:
+        json.loads(stripped)
+        return stripped
+    except ValueError:
+        pass
+    decoder = json.JSONDecoder()
+    for i, ch in enumerate(text):
+        if ch in "{[":
+            try:
+                _, end = decoder.raw_decode(text, i)
+                return text[i:end]
+            except ValueError:
+                continue
+    return None
+
+
+def split_reasoning(text: str) -> tuple[str, str]:
+    """(reasoning, content): Qwen3 writes `<think>...</think>` before the answer."""
+    if "</think>" not in text:
+        return "", text
+    head, tail = text.split("</think>", 1)
+    return head.split("<think>", 1)[-1].strip(), tail.lstrip("\n")
+
+
+class LocalChatModel:
+    """One local model behind a lock (HFEngine is not thread-safe; the server answers one at a time)."""
+
+    def __init__(self, engine: GenerationEngine, name: str, max_model_len: int | None = None,
+                 default_max_tokens: int = 512) -> None:
+        self.engine, self.tokenizer = engine, engine.tokenizer
+        self.name, self.max_model_len, self.default_max_tokens = name, max_model_len, default_max_tokens
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ChatRequestError(f"model {name!r} has no chat template; save one with the tokenizer "
+                                   f"(tokenizer.chat_template = ...; tokenizer.save_pretrained(dir))")
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path, *, name: str | None = None, device: str | None = None,
+                 max_model_len: int | None = None) -> "LocalChatModel":
+        from envace.engines.hf import HFEngine
+
+        path = Path(model_dir)
+        return cls(HFEngine.from_path(path, device=device), name or path.name, max_model_len)
+
+    def render(self, messages: list[Mapping[str, Any]], tools: list[dict[str, Any]] | None = None,
+               json_schema: Mapping[str, Any] | None = None,
+               chat_template_kwargs: Mapping[str, Any] | None = None) -> tuple[str, list[int]]:
+        msgs = normalize_messages(messages)
+        if json_schema is not None:
+            msgs = _with_json_instruction(msgs, json_schema)
+        try:
+            text = self.tokenizer.apply_chat_template(msgs, tools=tools or None, add_generation_prompt=True,
+                                                      tokenize=False, **dict(chat_template_kwargs or {}))
+        except Exception as exc:  # jinja errors of any kind: the request does not fit the template
+            raise ChatRequestError(f"chat template of {self.name!r} failed on these messages: {exc}") from exc
+        return text, list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def generate(self, messages: list[Mapping[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                 temperature: float = 1.0, top_p: float = 1.0, max_tokens: int | None = None,
+                 seed: int | None = None, n: int = 1, stop: list[str] | None = None,
+                 json_schema: Mapping[str, Any] | None = None, parse_tools: bool = True,
+                 chat_template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[LocalChoice], int]:
+        """`n` choices and the prompt length in tokens."""
+        if n < 1:
+            raise ChatRequestError(f"n={n} must be >= 1")
+        _, prompt_ids = self.render(messages, tools, json_schema, chat_template_kwargs)
+        budget = max_tokens if max_tokens is not None else self.default_max_tokens
+        if budget < 1:
+            raise ChatRequestError(f"max_tokens={budget} must be >= 1")
+        if self.max_model_len is not None and len(prompt_ids) + budget > self.max_model_len:
+            raise ChatRequestError(f"this model's maximum context length is {self.max_model_len} tokens; the "
+                                   f"prompt has {len(prompt_ids)} and max_tokens asks for {budget} more")
+        stops = [s for s in (stop or []) if s]
+        reqs = [GenRequest(prompt_ids=prompt_ids, temperature=temperature, top_p=top_p, max_new_tokens=budget,
+                           stop=stops, seed=None if seed is None else seed + i) for i in range(n)]
+        with self._lock:
+            results = self.engine.generate(reqs)
+        choices = [self._choice(r.text, r.finish_reason, len(r.token_ids), stops, tools if parse_tools else None,
+                                json_schema) for r in results]
+        return choices, len(prompt_ids)
+
+    @staticmethod
+    def _choice(text: str, finish: str, n_tokens: int, stops: list[str], tools: list[dict[str, Any]] | None,
+                json_schema: Mapping[str, Any] | None) -> LocalChoice:
+        raw = text
+        for marker in END_MARKERS:  # engines normally leave eos out of the text; whitespace is kept as generated
+            if raw.endswith(marker):
+                raw = raw[: -len(marker)]
+        hits = [raw.index(s) for s in stops if s in raw]
+        if hits:
+            raw, finish = raw[:min(hits)], "stop"
+        reasoning, content = split_reasoning(raw)
+        if json_schema is not None:
+            found = extract_json(content)
+            content = found if found is not None else content
+        choice = LocalChoice(content=content, finish_reason=finish, reasoning=reasoning,
+                             completion_tokens=n_tokens, raw_text=raw)
+        if tools:
+            parsed = parse_tool_calls(content)
+            if parsed.error is None:
+                for c in parsed.calls:
+                    c.id = f"call_{uuid.uuid4().hex[:24]}"
+                choice.tool_calls, choice.content, choice.finish_reason = parsed.calls, parsed.content, "tool_calls"
+            elif parsed.error is not ErrorCode.NO_TOOL_CALL:
+                choice.parse_error, choice.detail = parsed.error, parsed.detail
+        return choice
+
+
+class HFChatPolicy:
+    """`BenchPolicy` over a `LocalChatModel` (in-process, no HTTP)."""
+
+    def __init__(self, model: LocalChatModel, temperature: float = 0.0, top_p: float = 1.0,
+                 max_tokens: int | None = None, name: str | None = None,
+                 chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
+        self.model = model
+        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.name = name or f"{model.name} (local)"
+
+    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int | None = None,
+              context: Mapping[str, Any] | None = None) -> AssistantReply:
+        choices, prompt_tokens = self.model.generate(
+            messages, tools=tools, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
+            seed=seed, chat_template_kwargs=self.chat_template_kwargs)
+        c = choices[0]
+        return AssistantReply(content=c.content, tool_calls=c.tool_calls, finish_reason=c.finish_reason,
+                              usage={"prompt_tokens": prompt_tokens, "completion_tokens": c.completion_tokens},
+                              parse_error=c.parse_error, detail=c.detail, reasoning=c.reasoning)
