@@ -38,6 +38,7 @@ _agent_loop = require("verl.experimental.agent_loop.agent_loop")
 logger = logging.getLogger(__name__)
 
 _EXECUTORS: dict[int, ThreadPoolExecutor] = {}
+_SIMULATORS: dict[tuple[str, int], CompletionsEngine] = {}
 _EXECUTORS_LOCK = threading.Lock()
 
 
@@ -70,9 +71,14 @@ class EnvaceAgentLoop(_agent_loop.AgentLoopBase):
                                     if thinking is None else thinking)
 
     def _simulator(self) -> Any:
+        """The frozen simulator's engine, one per endpoint and process (verl builds a loop per session)."""
         if self.settings.mode != "simulator":
             return None
-        return CompletionsEngine(self.settings.simulator, self.tokenizer)  # type: ignore[arg-type]
+        key = (self.settings.simulator.model_dump_json(), id(self.tokenizer))  # type: ignore[union-attr]
+        with _EXECUTORS_LOCK:
+            if key not in _SIMULATORS:
+                _SIMULATORS[key] = CompletionsEngine(self.settings.simulator, self.tokenizer)  # type: ignore[arg-type]
+            return _SIMULATORS[key]
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[Any]:
         task = task_from_sample(kwargs)
@@ -84,7 +90,7 @@ class EnvaceAgentLoop(_agent_loop.AgentLoopBase):
                              prompt_length=self.prompt_length, max_model_len=self.max_model_len)
         loop = asyncio.get_running_loop()  # the worker's loop: episodes hop back onto it to generate
         engine = ServerBridgeEngine(self.server_manager, self.tokenizer, loop,
-                                    request_id=f"{uid}-{session}-{uuid4().hex[:8]}", base_params=sampling_params,
+                                    request_id=f"{uid}-{session}", base_params=sampling_params,
                                     backend=self.backend, max_tokens_cap=self.response_length,
                                     unique_request_ids=self.full_determinism)
         seed = derive_seed(self.settings.seed, index, session)

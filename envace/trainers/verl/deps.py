@@ -12,7 +12,9 @@ from types import ModuleType
 
 VERL_VERSION = "0.9.1"
 INSTALL_VERL = f"pip install 'verl[verl-core]=={VERL_VERSION}'"
-INSTALL_GPU = "pip install 'envace[gpu]'  (vllm; GPU machines only: its wheels replace a CPU torch)"
+# verl 0.9.1's own GPU extras pin vllm==0.24.0 with torch==2.11.0 (and sglang==0.5.12): install those, on
+# GPU machines only (the wheels replace a CPU torch)
+INSTALL_GPU = f"pip install 'verl[vllm,fsdp]=={VERL_VERSION}'  (GPU machines only: vllm 0.24.0 + torch 2.11.0)"
 
 # module -> (what it is for, how to install it)
 _HINTS: dict[str, tuple[str, str]] = {
@@ -20,7 +22,7 @@ _HINTS: dict[str, tuple[str, str]] = {
     "ray": ("the verl backend (Ray cluster)", INSTALL_VERL),
     "transfer_queue": ("verl's V1 trainer (TransferQueue)", INSTALL_VERL),
     "vllm": ("vLLM rollout servers", INSTALL_GPU),
-    "sglang": ("SGLang rollout servers", f"pip install 'verl[sglang]=={VERL_VERSION}'"),
+    "sglang": ("SGLang rollout servers", f"pip install 'verl[sglang,fsdp]=={VERL_VERSION}'"),
 }
 
 

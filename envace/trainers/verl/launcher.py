@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -36,8 +37,13 @@ REWARD_FILE = Path(__file__).with_name("reward.py")
 FORWARDED_ENV = ("MLFLOW_TRACKING_URI", "HF_HOME", "HF_HUB_OFFLINE")  # copied into the job env when set
 
 
+_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_/.:@%+-]*")
+_RESERVED = {"true", "false", "null", "nan", "inf", "-inf", "+inf"}
+
+
 def hydra_value(value: Any) -> str:
-    """A value in Hydra's override grammar: strings single-quoted, lists bracketed, None as null."""
+    """A value in Hydra's override grammar: lists bracketed, None as null, a string bare when Hydra reads
+    it back as that same string (paths, names, URLs), else single-quoted with escapes."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -46,8 +52,13 @@ def hydra_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{text}'"
+    text = str(value)
+    if _PLAIN.fullmatch(text) and text.lower() not in _RESERVED:
+        return text
+    # Hydra quoted strings: backslashes are literal except in a run before a quote or the end (doubled
+    # there); quotes are escaped; OmegaConf would still interpolate ${...}, so it is escaped too
+    escaped = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text).replace("'", "\\'").replace("${", "\\${")
+    return f"'{escaped}'"
 
 
 def _flat(prefix: str, data: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -195,14 +206,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the envace config")
     parser.add_argument("--dry-run", action="store_true", help="print the command and overrides; run nothing")
     parser.add_argument("--check", action="store_true", help="compose verl's Hydra config with the overrides first")
+    parser.add_argument("--show-config", action="store_true", help="with --dry-run: also print the composed config")
     args = parser.parse_intermixed_args(argv)
     cfg = load_config(VerlLaunchConfig, args.config, args.overrides)
-    if args.check or args.dry_run:
-        compose_verl_config(build_overrides(cfg))
+    composed = compose_verl_config(build_overrides(cfg)) if (args.check or args.dry_run) else None
     cmd = launch_verl(cfg, dry_run=args.dry_run)
     if args.dry_run:
         print(f"RAY_ADDRESS={cfg.ray_address or os.environ.get('RAY_ADDRESS', '<unset>')} \\")
         print(" \\\n    ".join(shlex.quote(c) for c in cmd))
+        if args.show_config:
+            from omegaconf import OmegaConf
+
+            print("# composed verl config (unresolved):")
+            print(OmegaConf.to_yaml(composed))
     return 0
 
 

@@ -1,0 +1,181 @@
+"""`envace demo`: the whole method on the embedded default, end to end, on one CPU machine.
+
+1. tool world: train / val / test splits exported as CM2 JSON and verl parquet, hashed;
+2. tiny model: a Qwen3-architecture model and BPE tokenizer built from the world's corpus;
+3. SFT cold start on oracle Act and Rehearse demonstrations;
+4. EnvACE RL (rehearse mode, role-wise GRPO) — the policy never touches the real environment;
+5. the same RL budget with standard GRPO in the real environment (the ablation baseline);
+6. evaluation of SFT, EnvACE and GRPO with the real environment on held-out tasks (greedy and T=1),
+   with rehearsal fidelity;
+7. a small test-time-rehearsal sweep (N x parallel/sequential);
+everything tracked in MLflow (one parent run, a child per stage) and the trajectory store, then it
+prints how to open the MLflow UI and the dashboard. `--quick` is a one-minute smoke version.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from envace.config import BaseConfig
+
+
+class DemoConfig(BaseConfig):
+    out: str = Field("runs/demo", description="Output directory.")
+    seed: int = Field(0, description="Seed of data, model and runs.")
+    corpus_tasks: int = Field(600, ge=10, description="Tasks for the tokenizer corpus.")
+    sft_tasks: int = Field(3000, ge=10, description="Demonstration tasks for SFT.")
+    sft_budget_s: float = Field(240.0, gt=0, description="SFT wall-clock budget.")
+    sft_steps: int | None = Field(None, description="SFT steps (overrides the budget).")
+    rl_steps: int = Field(40, ge=1, description="RL steps per method.")
+    prompts_per_step: int = Field(8, ge=1, description="Prompts per RL step.")
+    k: int = Field(8, ge=2, description="Trajectories per prompt.")
+    lr: float = Field(1e-4, gt=0, description="RL learning rate.")
+    eval_tasks: int = Field(100, ge=1, description="Held-out test tasks per evaluation.")
+    eval_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], description="Sampling seeds for T=1 evaluation.")
+    tts_tasks: int = Field(30, ge=1, description="Tasks in the TTS sweep.")
+    tts_n: list[int] = Field(default_factory=lambda: [1, 2], description="Rehearsal counts in the TTS sweep.")
+    baseline: bool = Field(True, description="Also train standard GRPO in the real environment.")
+
+
+def quick_config(out: str) -> DemoConfig:
+    return DemoConfig(out=out, corpus_tasks=60, sft_tasks=100, sft_steps=20, rl_steps=2, prompts_per_step=2, k=2,
+                      eval_tasks=6, eval_seeds=[0], tts_tasks=3, tts_n=[1, 2], baseline=True)
+
+
+def _say(msg: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str) -> dict[str, Any]:
+    from envace.evaluation.config import EvalConfig
+    from envace.evaluation.world import evaluate_world
+    from envace.engines.hf import HFEngine
+    from envace.models.loading import load_policy
+    from envace.tasksource import load_tasks
+
+    ecfg = EvalConfig(model=str(model_dir), n_tasks=cfg.eval_tasks)
+    model, tok = load_policy(model_dir)
+    engine = HFEngine(model, tok)
+    tasks = load_tasks(ecfg.data, split="test", n=cfg.eval_tasks)
+    greedy = evaluate_world(engine, tasks, ecfg.rollout, seeds=[0], temperature=0.0, with_fidelity=True)
+    sampled = evaluate_world(engine, tasks, ecfg.rollout, seeds=cfg.eval_seeds, temperature=1.0, with_fidelity=False)
+    res = {"greedy": greedy, "t1": sampled}
+    (out / f"eval_{name}.json").write_text(json.dumps(res, indent=2, default=str))
+    return res
+
+
+def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = None) -> dict[str, Any]:
+    from envace.data.export import export_world
+    from envace.models.corpus import world_corpus
+    from envace.models.tiny import TinyModelConfig, init_tiny_model
+    from envace.tracking.dvc_hash import input_hashes
+    from envace.tracking.mlflow_run import start_run
+    from envace.trainers.config import DataConfig, SFTConfig, TrainConfig, TrackingConfig
+    from envace.trainers.embedded import train
+    from envace.trainers.sft import sft
+
+    cfg = cfg or (quick_config(str(out_dir)) if quick else DemoConfig(out=str(out_dir)))
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    mlflow_uri = f"sqlite:///{(out / 'mlflow.db').resolve()}"
+    store = str((out / "store.db").resolve())
+    t_start = time.perf_counter()
+    summary: dict[str, Any] = {}
+    with start_run(mlflow_uri, "envace-demo", "demo", cfg) as parent:
+        _say("1/7 tool world: exporting splits")
+        data = export_world(out / "data", {"train": 200 if quick else 2000, "val": 50, "test": cfg.eval_tasks}, cfg.seed)
+        hashes = input_hashes([out / "data"])
+        parent.set_tags({f"data.{k}": v for k, v in hashes.items()})
+        _say("2/7 tiny model: tokenizer + Qwen3-architecture model")
+        model_dir = init_tiny_model(world_corpus(cfg.corpus_tasks, seed=cfg.seed), out / "models" / "tiny",
+                                    TinyModelConfig(seed=cfg.seed))
+        _say(f"3/7 SFT cold start ({cfg.sft_steps or cfg.sft_budget_s} {'steps' if cfg.sft_steps else 's'})")
+        t0 = time.perf_counter()
+        sft_sum = sft(SFTConfig(model=str(model_dir), out_dir=str(out / "sft"), steps=cfg.sft_steps,
+                                time_budget_s=cfg.sft_budget_s, seed=cfg.seed,
+                                data=DataConfig(n_tasks=cfg.sft_tasks, seed=cfg.seed)))
+        summary["sft"] = {**sft_sum, "wall_s": time.perf_counter() - t0}
+        sft_model = out / "sft" / "model"
+        summary["eval_sft"] = _eval(sft_model, cfg, out, "sft")
+        methods = {"envace": {"rollout": {"mode": "rehearse"}}}
+        if cfg.baseline:
+            methods["grpo_env"] = {"rollout": {"mode": "env"}}
+        for i, (name, over) in enumerate(methods.items()):
+            _say(f"{4 + i}/7 RL: {name} ({cfg.rl_steps} steps x {cfg.prompts_per_step} prompts x K={cfg.k})")
+            tcfg = TrainConfig.model_validate({
+                "model": str(sft_model), "out_dir": str(out / name), "steps": cfg.rl_steps,
+                "prompts_per_step": cfg.prompts_per_step, "k": cfg.k, "save_every": cfg.rl_steps, "seed": cfg.seed,
+                "optim": {"lr": cfg.lr}, "data": {"n_tasks": 2000, "seed": cfg.seed + 1},
+                "tracking": TrackingConfig(mlflow_uri=mlflow_uri, store_url=store, experiment="envace-demo",
+                                           parent_run_id=parent.run_id).model_dump(), **over})
+            t0 = time.perf_counter()
+            res = train(tcfg)
+            summary[name] = {"wall_s": time.perf_counter() - t0, "steps": res.last_step,
+                             "final_reward": res.history[-1]["reward/mean"] if res.history else None}
+            summary[f"eval_{name}"] = _eval(res.checkpoint / "policy", cfg, out, name)
+        _say("6/7 test-time rehearsal sweep")
+        summary["tts"] = _tts_sweep(out / "envace" / "checkpoints", cfg)
+        _say("7/7 logging results")
+        table = _table(summary)
+        parent.log_artifact_dict(summary, "demo_summary.json")
+        parent.log_step_metrics(0, {f"{row['model']}/{k}": v for row in table for k, v in row.items()
+                                    if isinstance(v, float)})
+    summary["wall_s"] = time.perf_counter() - t_start
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    _print_table(table, summary["tts"])
+    print(f"\nTotal {summary['wall_s'] / 60:.1f} min. Results: {out / 'summary.json'}")
+    print(f"MLflow UI:  .venv/bin/mlflow ui --backend-store-uri {mlflow_uri} --host 127.0.0.1 --port 5000")
+    print(f"Dashboard:  .venv/bin/envace dashboard --store {store} --mlflow-uri {mlflow_uri}")
+    return summary
+
+
+def _tts_sweep(ckpt_root: Path, cfg: DemoConfig) -> list[dict[str, Any]]:
+    from envace.evaluation.config import EvalConfig
+    from envace.evaluation.world import evaluate_world
+    from envace.engines.hf import HFEngine
+    from envace.models.loading import load_policy
+    from envace.tasksource import load_tasks
+    from envace.trainers.checkpoint import latest_checkpoint
+
+    model, tok = load_policy(latest_checkpoint(ckpt_root).model_dir("policy"))
+    engine = HFEngine(model, tok)
+    ecfg = EvalConfig(model="-", n_tasks=cfg.tts_tasks)
+    tasks = load_tasks(ecfg.data, split="test", n=cfg.tts_tasks)
+    rows = []
+    for n in cfg.tts_n:
+        for mode in (["parallel"] if n == 1 else ["parallel", "sequential"]):
+            r = evaluate_world(engine, tasks, ecfg.rollout, seeds=[0], with_fidelity=False, tts_n=n, tts_mode=mode)
+            rows.append({"n": n, "mode": mode, "success": r["success"], "reward": r["reward"]})
+    return rows
+
+
+def _table(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for name in ("sft", "envace", "grpo_env"):
+        ev = summary.get(f"eval_{name}")
+        if not ev:
+            continue
+        g, s = ev["greedy"], ev["t1"]
+        rows.append({"model": name, "greedy_success": g["success"], "greedy_reward": g["reward"],
+                     "t1_success": s["success"], "t1_success_seed_std": s["success_seed_std"], "t1_reward": s["reward"],
+                     "tool_call_validity": g["tool_call_validity"],
+                     "fidelity_exact": g.get("fidelity", {}).get("exact_match", 0.0),
+                     "fidelity_json_valid": g.get("fidelity", {}).get("json_valid", 0.0)})
+    return rows
+
+
+def _print_table(rows: list[dict[str, Any]], tts: list[dict[str, Any]]) -> None:
+    print("\nHeld-out test tasks, real environment:")
+    print(f"{'model':10} {'greedy succ':>11} {'greedy rew':>10} {'T=1 succ':>12} {'T=1 rew':>8} {'valid':>6} {'fid.exact':>9}")
+    for r in rows:
+        print(f"{r['model']:10} {r['greedy_success']:11.3f} {r['greedy_reward']:10.3f} "
+              f"{r['t1_success']:7.3f}±{r['t1_success_seed_std']:.3f} {r['t1_reward']:8.3f} "
+              f"{r['tool_call_validity']:6.2f} {r['fidelity_exact']:9.3f}")
+    print("\nTest-time rehearsal (EnvACE checkpoint):")
+    for r in tts:
+        print(f"  N={r['n']} {r['mode']:10} success {r['success']:.3f} reward {r['reward']:.3f}")

@@ -1,0 +1,133 @@
+"""The launcher's Hydra overrides against verl's real `ppo_trainer` config (composed with Hydra's compose
+API and validated with verl's own `validate_config`), the dry-run output, and the launch itself (with
+a stand-in executable that records what it was started with: main_ppo needs a GPU Ray cluster)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from envace.config import ConfigError, load_config
+from envace.trainers.verl.config import LoopSettings, VerlLaunchConfig
+from envace.trainers.verl.launcher import (AGENT_LOOPS_YAML, PLUGIN_MODULE, REWARD_FILE, build_overrides,
+                                           compose_verl_config, hydra_value, launch_verl, main)
+
+pytestmark = pytest.mark.verl
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "verl" / "envace_qwen3_8b.yaml"
+
+
+@pytest.fixture(scope="module")
+def example_cfg() -> VerlLaunchConfig:
+    return load_config(VerlLaunchConfig, EXAMPLE)
+
+
+@pytest.fixture(scope="module")
+def composed(example_cfg):
+    return compose_verl_config(build_overrides(example_cfg))
+
+
+def test_example_composes_with_the_paper_setup(composed, example_cfg):
+    c, arr = composed, composed.actor_rollout_ref
+    assert (arr.model.path, arr.rollout.name, arr.rollout.mode, arr.rollout.n) == ("Qwen/Qwen3-8B", "vllm", "async", 4)
+    assert (c.data.train_batch_size, arr.actor.ppo_mini_batch_size, arr.actor.optim.lr) == (16, 16, 1e-6)
+    assert (arr.actor.clip_ratio_low, arr.actor.clip_ratio_high, arr.actor.clip_ratio_c) == (0.2, 0.2, 3.0)
+    assert arr.actor.loss_agg_mode == "token-mean"
+    assert (arr.actor.use_kl_loss, arr.actor.kl_loss_coef, arr.actor.kl_loss_type) == (True, 1e-4, "low_var_kl")
+    assert (c.algorithm.adv_estimator, c.algorithm.norm_adv_by_std_in_grpo) == ("envace_role_grpo", False)
+    assert (c.trainer.use_v1, c.trainer.v1.trainer_mode) == (True, "envace")
+    assert (c.trainer.nnodes, c.trainer.n_gpus_per_node, c.trainer.total_training_steps) == (2, 8, 470)
+    assert list(c.data.train_files) == ["data/verl/cm2_train.parquet"]
+    assert arr.rollout.agent.default_agent_loop == "envace_agent"
+    assert Path(arr.rollout.agent.agent_loop_config_path) == AGENT_LOOPS_YAML and AGENT_LOOPS_YAML.is_file()
+    assert Path(c.reward.custom_reward_function.path) == REWARD_FILE
+    assert c.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES == PLUGIN_MODULE
+    assert LoopSettings.from_verl(c) == example_cfg.loop
+
+
+def test_overrides_name_existing_keys_and_validate(verl_api, composed, example_cfg):
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    default = compose_verl_config([])
+    for override in build_overrides(example_cfg):
+        key = override.split("=", 1)[0]
+        if not key.startswith("+"):
+            parent, _, leaf = key.rpartition(".")
+            assert leaf in OmegaConf.select(default, parent).keys(), key  # keys(): '???' values count
+    assert need_reference_policy(composed) and not need_critic(composed)  # KL on: a reference, no critic
+    validate_config(composed, use_reference_policy=True, use_critic=False)
+    algo = omega_conf_to_dataclass(composed.algorithm)
+    rollout = omega_conf_to_dataclass(composed.actor_rollout_ref.rollout)
+    actor = omega_conf_to_dataclass(composed.actor_rollout_ref.actor)
+    assert (algo.adv_estimator, rollout.agent.default_agent_loop, actor.clip_ratio_c) == ("envace_role_grpo",
+                                                                                          "envace_agent", 3.0)
+
+
+def test_a_misspelled_key_is_refused(example_cfg):
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="clip_ratio_cc"):
+        compose_verl_config(build_overrides(example_cfg) + ["actor_rollout_ref.actor.clip_ratio_cc=3"])
+
+
+@pytest.mark.parametrize("text", ["/data/it's a dir/x=1,[y].parquet", "Qwen/Qwen3-8B", "http://judge:8000/v1",
+                                  "true", "null", "1e-3", "12", "a b", "${oc.env:HOME}", "x\\y", "end\\", "q\\'x",
+                                  "plain.parquet"])
+def test_hydra_value_round_trips_strings(text):
+    c = compose_verl_config([f"data.train_files={hydra_value([text])}", f"trainer.experiment_name={hydra_value(text)}"])
+    assert list(c.data.train_files) == [text] and c.trainer.experiment_name == text
+
+
+def test_dry_run_prints_the_runnable_command(capsys, example_cfg):
+    assert main([str(EXAMPLE), "--dry-run", "n=8", "loop.mode=env", "loop.reward=env_state"]) == 0
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("RAY_ADDRESS=")
+    cmd = shlex.split(" ".join(line.rstrip("\\") for line in lines[1:]))
+    assert cmd[:3] == ["python", "-m", "verl.trainer.main_ppo"]
+    assert "actor_rollout_ref.rollout.n=8" in cmd and "+envace.mode=env" in cmd
+    assert cmd[3:] == build_overrides(load_config(VerlLaunchConfig, EXAMPLE,
+                                                  ["n=8", "loop.mode=env", "loop.reward=env_state"]))
+
+
+def test_launch_runs_main_ppo_against_the_cluster(tmp_path, example_cfg):
+    record = tmp_path / "record.json"
+    fake = tmp_path / "fake_python"
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    f"json.dump({{'argv': sys.argv[1:], 'env': dict(os.environ)}}, open({str(record)!r}, 'w'))\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    cfg = example_cfg.model_copy(update={"python": str(fake)})
+    cmd = launch_verl(cfg, environ={"RAY_ADDRESS": "10.0.0.1:6379", "PATH": "/usr/bin",
+                                    "MLFLOW_TRACKING_URI": "http://mlflow:5000"})
+    seen = json.loads(record.read_text())
+    assert seen["argv"] == cmd[1:] and seen["argv"][:2] == ["-m", "verl.trainer.main_ppo"]
+    assert seen["env"]["RAY_ADDRESS"] == "10.0.0.1:6379"
+    assert seen["env"]["VERL_USE_EXTERNAL_MODULES"] == PLUGIN_MODULE
+    # the job's runtime env carries the plugin and MLflow's address to every Ray worker
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI=http://mlflow:5000" in cmd
+    assert f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}" in cmd
+
+
+def test_launch_needs_a_ray_cluster(example_cfg):
+    with pytest.raises(ConfigError, match="RAY_ADDRESS"):
+        launch_verl(example_cfg, environ={})
+
+
+def test_config_errors_name_the_fix(example_cfg):
+    # (pydantic wraps a validator's ConfigError in a ValidationError; both are ValueErrors)
+    with pytest.raises(ValueError, match="allow_temperature_mismatch"):
+        VerlLaunchConfig(model="m", train_files=["x"], loop=LoopSettings(act={"temperature": 0.01}))
+    with pytest.raises(ValueError, match="not divisible"):
+        VerlLaunchConfig(model="m", train_files=["x"], train_batch_size=3, n=3)
+    with pytest.raises(ValueError, match="simulator.base_url"):
+        LoopSettings(mode="simulator")
+    bad = compose_verl_config(build_overrides(example_cfg) + ["envace.mode=sim"])
+    with pytest.raises(ConfigError, match="envace.mode"):
+        LoopSettings.from_verl(bad)

@@ -1,0 +1,139 @@
+"""envace's V1 trainer (`trainer_mode=envace`) against verl's real TransferQueue on CPU.
+
+The slow test starts a local Ray instance and a real TransferQueue (controller + one storage unit), has
+verl's own V1 adapter (`AgentLoopWorkerTQ._agent_loop_postprocess`) store the agent loop's outputs as
+rows, pads the batch with verl's own `upsample_batch_to_divisible_size`, and runs the trainer's
+`_compute_advantage` on the resulting `KVBatchMeta`. The trainer object is built without `__init__`
+(which starts GPU worker groups); `_compute_advantage` uses only its config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from envace.algos import role_grpo_advantages
+from envace.toolcall import render_tool_call
+from envace.trainers.verl.config import LoopSettings
+
+pytestmark = pytest.mark.verl
+
+def bare_trainer(config):
+    from envace.trainers.verl.trainer import EnvaceTrainer
+
+    trainer = object.__new__(EnvaceTrainer)  # __init__ would start Ray worker groups on GPUs
+    trainer.config = config
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    import ray
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_compute_advantage_through_transfer_queue(run_session, verl_config_factory, rl_dataset, world_tasks,
+                                                  tokenizer, scripted_server, transfer_queue):
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+    tq = transfer_queue
+    task = world_tasks[3]  # one user turn; the reference makes two calls in one Act message
+    config = verl_config_factory()
+    calls = task.messages[2].tool_calls
+    # session 0 follows the reference (R = 1); session 1 makes one call and a wrong reply (R < 1)
+    scripts = [None, [render_tool_call(calls[0]), "I could not find it."]]
+    worker = object.__new__(AgentLoopWorkerTQ.__ray_actor_class__)  # verl's real V1 adapter, minus Ray
+    worker.reward_loop_worker_handles, worker.distillation_enabled, worker.processor = None, False, None
+    worker.tokenizer = tokenizer
+    rewards, roles = {}, {}
+    sample = rl_dataset[3]
+    for session, script in enumerate(scripts):
+        outs = run_session(config, scripted_server(task, script), tokenizer, sample, session, uid="uid0",
+                               global_steps=1)
+        for i, o in enumerate(outs):
+            rewards[f"uid0_{session}_{i}"], roles[f"uid0_{session}_{i}"] = o.reward_score, o.extra_fields["role"]
+        kwargs = {**sample, "uid": "uid0", "session_id": session, "global_steps": 1}
+        asyncio.run(worker._agent_loop_postprocess(outs, False, **kwargs))
+    assert rewards["uid0_0_0"] == 1.0 and rewards["uid0_1_0"] < 1.0
+    assert [roles[f"uid0_1_{i}"] for i in range(3)] == ["act", "rehearse", "act"]
+
+    listed = tq.kv_list("train")["train"]
+    keys = sorted(k for k in listed if k in rewards)
+    batch = tq.KVBatchMeta(partition_id="train", keys=keys, tags=[listed[k] for k in keys])
+    batch = upsample_batch_to_divisible_size(batch, 8, tokenizer.eos_token_id or 0)
+    assert len(batch) == 8 and sum(bool(t.get("is_padding")) for t in batch.tags) == 8 - len(keys)
+
+    # the pipeline's previous step writes old_log_probs (the actor's recomputation runs on GPU workers;
+    # verl's bypass mode writes exactly this copy of the rollout log-probs)
+    lp = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["rollout_log_probs"])
+    tq.kv_batch_put(keys=batch.keys, partition_id="train",
+                    fields=TensorDict({"old_log_probs": lp["rollout_log_probs"]}, batch_size=len(batch)))
+    metrics: dict = {}
+    bare_trainer(config)._compute_advantage(batch, metrics)
+
+    got = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["advantages", "response_mask"])
+    expected = role_grpo_advantages([rewards[k] for k in keys], ["uid0"] * len(keys),
+                                    [k.rsplit("_", 2)[1] for k in keys], [roles[k] for k in keys]).tolist()
+    by_key = dict(zip(keys, expected))
+    advs = got["advantages"].unbind(0)
+    for key, adv in zip(batch.keys, advs):
+        want = by_key.get(key, 0.0)  # padding rows: advantage 0
+        assert torch.allclose(adv, torch.full_like(adv, want), atol=1e-6), (key, adv, want)
+    # both roles were contrasted across the two trajectories
+    assert any(abs(v) > 1e-6 for k, v in by_key.items() if roles[k] == "rehearse")
+    assert metrics["envace/rows/act"] == sum(r == "act" for r in roles.values())
+
+
+class _StubActorGroup:
+    """Stands in for verl's actor worker group (FSDP workers on GPUs): records what update_actor gets."""
+
+    def __init__(self):
+        self.seen = []
+
+    def update_actor(self, batch):
+        self.seen.append(dict(batch.extra_info))
+        return {"metrics": {"mfu": [0.5], "pg_loss": [0.1]}}
+
+
+@pytest.mark.parametrize("single_update, want_rows", [(True, 96), (False, 16 * 4)])
+def test_one_optimizer_step_per_training_step(verl_api, verl_config_factory, single_update, want_rows):
+    from transfer_queue import KVBatchMeta
+
+    config = verl_config_factory(loop=LoopSettings(single_update=single_update))
+    trainer = bare_trainer(config)
+    trainer.actor_rollout_wg = _StubActorGroup()
+    batch = KVBatchMeta(partition_id="train", keys=[f"u_{i}_0" for i in range(96)], tags=[{}] * 96)
+    metrics: dict = {}
+    trainer._update_actor(batch, metrics)
+    (seen,) = trainer.actor_rollout_wg.seen
+    assert seen["mini_batch_size"] == seen["global_batch_size"] == want_rows
+    assert config.actor_rollout_ref.actor.ppo_mini_batch_size == 16  # restored after the call
+    assert metrics["perf/mfu/actor"] == pytest.approx(0.5)
+
+
+def test_other_estimators_use_verls_step(verl_api, verl_config_factory, monkeypatch):
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    called = []
+    monkeypatch.setattr(PPOTrainerSync, "_compute_advantage", lambda self, b, m: called.append(b) or b)
+    trainer = bare_trainer(verl_config_factory(adv_estimator="grpo"))
+    assert trainer._compute_advantage("batch", {}) == "batch" and called == ["batch"]
+
+
+def test_trainer_is_registered(verl_api):
+    from envace.trainers.verl.trainer import EnvaceTrainer
+    from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
+
+    assert get_trainer_cls("envace") is EnvaceTrainer and issubclass(EnvaceTrainer, PPOTrainerSync)
