@@ -97,8 +97,16 @@ def sft(args: list[str] = typer.Argument(None, help="[CONFIG] key=value ...")):
 
 
 @app.command(context_settings={"allow_extra_args": True})
-def train(args: list[str] = typer.Argument(None, help="[CONFIG] key=value ...")):
+def train(args: list[str] = typer.Argument(None, help="[CONFIG] key=value ..."),
+          backend: str = typer.Option("embedded", help="embedded (this machine) | verl (a Ray GPU cluster)."),
+          dry_run: bool = typer.Option(False, "--dry-run", help="verl: print the command and composed config.")):
     """EnvACE RL (role-wise GRPO with rehearsal) or a baseline; resumes from the latest checkpoint."""
+    if backend == "verl":
+        from envace.trainers.verl.launcher import main as verl_main
+
+        raise typer.Exit(verl_main([*(args or []), *(["--dry-run", "--show-config"] if dry_run else [])]) or 0)
+    if backend != "embedded":
+        _fail(ValueError(f"--backend {backend!r} is not one of embedded, verl"))
     from envace.config import ConfigError, load_config
     from envace.trainers.config import TrainConfig
     from envace.trainers.embedded import train as run_train

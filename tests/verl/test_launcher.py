@@ -20,7 +20,7 @@ from envace.trainers.verl.launcher import (AGENT_LOOPS_YAML, PLUGIN_MODULE, REWA
 
 pytestmark = pytest.mark.verl
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "verl" / "envace_qwen3_8b.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "verl" / "qwen3_8b_cm2.yaml"
 
 
 @pytest.fixture(scope="module")

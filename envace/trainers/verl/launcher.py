@@ -202,7 +202,7 @@ def launch_verl(cfg: VerlLaunchConfig, *, dry_run: bool = False, environ: dict[s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="envace train --backend verl",
                                      description="Run EnvACE on verl 0.9.1 (Ray + vLLM) from an envace config.")
-    parser.add_argument("config", help="YAML of VerlLaunchConfig (e.g. configs/verl/envace_qwen3_8b.yaml)")
+    parser.add_argument("config", help="YAML of VerlLaunchConfig (e.g. configs/verl/qwen3_8b_cm2.yaml)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the envace config")
     parser.add_argument("--dry-run", action="store_true", help="print the command and overrides; run nothing")
     parser.add_argument("--check", action="store_true", help="compose verl's Hydra config with the overrides first")
