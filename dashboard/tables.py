@@ -1,0 +1,231 @@
+"""Display shaping for the pages: config flattening and diffs, the run table's method / key params /
+final metrics, the sweep and TTS tables read from MLflow artifacts, the benchmark table beside the
+paper's numbers and the learning-curve metric groups. Pure functions (pandas, no Streamlit), so they are
+tested on hand-worked inputs. Nothing here computes a statistic: means and CIs come from the sweep flow.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+ABSENT = "(absent)"
+
+# dotted config keys shown as "key params" in the run table (TrainConfig; missing keys are skipped)
+KEY_PARAMS = ("model", "steps", "prompts_per_step", "k", "seed", "reward", "algo.advantage", "algo.use_kl",
+              "algo.kl_coef", "optim.lr", "rollout.act.temperature", "rollout.rehearse.temperature")
+FINAL_METRICS = ("reward/mean", "act/adv_mean", "rehearse/adv_mean", "act/kl", "act/clip_frac",
+                 "rehearse/parse_error_rate", "fidelity/all/field_f1")
+
+# learning-curve charts: title -> pattern over metric keys; one line per (run, matching key)
+METRIC_GROUPS: dict[str, str] = {
+    "Reward": r"^(reward/mean|act/reward|rehearse/reward)$",
+    "Advantage (mean)": r"^(act|rehearse)/adv_mean$",
+    "KL to the reference": r"^(act|rehearse)/kl$",
+    "Clip fraction": r"^(act|rehearse)/clip_frac$",
+    "Rehearse parse-error rate": r"^rehearse/parse_error_rate$",
+    "Rehearsal fidelity (field F1, exact match)": r"(^|/)fidelity/all/(field_f1|exact_match)$",
+}
+
+
+def flatten(d: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of a nested dict; an empty dict stays a leaf so it is not lost."""
+    out: dict[str, Any] = {}
+    for k, v in (d or {}).items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def _show(v: Any) -> str:
+    """JSON text, so a string "1" and a number 1 look (and compare) different."""
+    if v is ABSENT:
+        return ABSENT
+    return json.dumps(v, sort_keys=True, default=str, ensure_ascii=False)
+
+
+def config_diff(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Side-by-side flattened configs: columns key, a, b (values as JSON text), differs."""
+    fa, fb = flatten(a), flatten(b)
+    rows = []
+    for key in sorted(set(fa) | set(fb)):
+        va, vb = fa.get(key, ABSENT), fb.get(key, ABSENT)
+        sa, sb = _show(va), _show(vb)
+        rows.append({"key": key, "a": sa, "b": sb, "differs": sa != sb})
+    return pd.DataFrame(rows, columns=["key", "a", "b", "differs"])
+
+
+def highlight_diff(df: pd.DataFrame) -> Any:
+    """A Styler colouring the rows whose values differ (for st.dataframe)."""
+    def colour(row: pd.Series) -> list[str]:
+        style = "background-color: #ffe08a; font-weight: bold" if row["differs"] else ""
+        return [style] * len(row)
+
+    return df.style.apply(colour, axis=1)
+
+
+def run_method(config: Mapping[str, Any] | None, tags: Mapping[str, str] | None = None) -> str:
+    """"<rollout mode> / <policy>" from the stored config, else from the MLflow tags the trainer sets."""
+    c, t = config or {}, tags or {}
+    rollout = c.get("rollout") if isinstance(c.get("rollout"), Mapping) else {}
+    mode = rollout.get("mode") or t.get("envace.mode")
+    policy = c.get("policy") or t.get("envace.policy")
+    if mode is None and policy is None:
+        return ""
+    return f"{mode or '?'} / {policy or '?'}"
+
+
+def key_params(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    flat = flatten(config)
+    return {k: flat[k] for k in KEY_PARAMS if k in flat}
+
+
+def final_metrics(metrics: Mapping[str, float] | None) -> dict[str, float]:
+    m = metrics or {}
+    return {k: m[k] for k in FINAL_METRICS if k in m}
+
+
+def group_keys(keys: list[str] | set[str], pattern: str) -> list[str]:
+    rx = re.compile(pattern)
+    return sorted(k for k in keys if rx.search(k))
+
+
+def read_csv(text: str, artifact: str) -> pd.DataFrame:
+    try:
+        return pd.read_csv(io.StringIO(text))
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise ValueError(f"artifact {artifact} is not a readable CSV table ({exc}); re-run the flow that logs it")
+
+
+def _lower_map(df: pd.DataFrame) -> dict[str, str]:
+    return {str(c).strip().lower(): c for c in df.columns}
+
+
+def _ci_text(mean: Any, ci: Any, digits: int) -> str:
+    if pd.isna(mean):
+        return "—"
+    return f"{mean:.{digits}f}" if ci is None or pd.isna(ci) else f"{mean:.{digits}f} ± {ci:.{digits}f}"
+
+
+def sweep_table(df: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """The ablation table with a "mean ± 95% CI" column.
+
+    Accepts the sweep flow's long table (envace.sweeps.results: axes, group, metric, n, mean, ci95, …,
+    display; its `display` text is shown as is), any table with `mean` [+ `ci95`] columns, or per-metric
+    column pairs `<metric>_mean` / `<metric>_ci95` (melted to one row per cell and metric). Raises
+    ValueError naming the columns found when none of these shapes is there."""
+    low = _lower_map(df)
+    if "mean" in low:
+        out = df.rename(columns={low["mean"]: "mean", **({low["ci95"]: "ci95"} if "ci95" in low else {})})
+        if "ci95" not in out:
+            out["ci95"] = float("nan")
+    else:
+        pairs = {m.group(1): c for c in df.columns if (m := re.match(r"^(.+?)[_ ]mean$", str(c).strip(), re.I))}
+        if not pairs:
+            raise ValueError(f"sweep table has no 'mean' column nor '<metric>_mean' columns (columns: "
+                             f"{list(df.columns)}); the sweep flow writes mean and ci95 per cell")
+        stat_cols = set(pairs.values())
+        cis = {}
+        for metric in pairs:
+            rx = re.compile(rf"^{re.escape(metric)}[_ ]ci95$", re.I)
+            ci = next((c for c in df.columns if rx.match(str(c).strip())), None)
+            cis[metric] = ci
+            if ci is not None:
+                stat_cols.add(ci)
+        ids = [c for c in df.columns if c not in stat_cols]
+        parts = []
+        for metric, col in pairs.items():
+            part = df[ids].copy()
+            part["metric"] = metric
+            part["mean"] = df[col]
+            part["ci95"] = df[cis[metric]] if cis[metric] is not None else float("nan")
+            parts.append(part)
+        out = pd.concat(parts, ignore_index=True)
+    out = out.copy()
+    if "display" in out.columns:
+        out["mean ± 95% CI"] = out["display"].astype(str)
+    else:
+        out["mean ± 95% CI"] = [_ci_text(m, c, digits) for m, c in zip(out["mean"], out["ci95"])]
+    return out
+
+
+def label_column(df: pd.DataFrame) -> str:
+    """The column naming a sweep's grid points: the flow's `group`, else `cell` / `method`."""
+    return next((c for c in ("group", "cell", "method") if c in df.columns), str(df.columns[0]))
+
+
+def tts_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns N, mode, score[, ci95][, metric].
+
+    Accepts the TTS flow's long table (tts_n, tts_mode, metric, n = seeds, mean, ci95, …) or a plain
+    one (N, mode, score). Where a `mean` column exists, a lowercase `n` is a seed count, never N."""
+    low = _lower_map(df)
+    score = low.get("score") or low.get("mean")
+    n_col = low.get("tts_n") or ("N" if "N" in df.columns else None) or (low.get("n") if "mean" not in low else None)
+    mode = low.get("tts_mode") or low.get("mode")
+    missing = [name for name, col in (("N", n_col), ("mode", mode), ("score", score)) if col is None]
+    if missing:
+        raise ValueError(f"TTS table lacks column(s) {missing} (columns: {list(df.columns)}); the TTS sweep "
+                         f"writes tts_n, tts_mode, metric, mean, ci95 (or N, mode, score)")
+    out = pd.DataFrame({"N": pd.to_numeric(df[n_col], errors="coerce"), "mode": df[mode].astype(str),
+                        "score": pd.to_numeric(df[score], errors="coerce")})
+    if "ci95" in low:
+        out["ci95"] = pd.to_numeric(df[low["ci95"]], errors="coerce")
+    if "metric" in low:
+        out["metric"] = df[low["metric"]].astype(str)
+    out = out.dropna(subset=["N", "score"])
+    out["N"] = out["N"].astype(int)
+    return out.sort_values(["mode", "N"]).reset_index(drop=True)
+
+
+def tts_lines(frame: pd.DataFrame) -> dict[str, list[tuple[int, float, float]]]:
+    """(N, score, ci95) points per mode. N = 1 (no private rehearsal) is one run shared by every mode,
+    and the flow runs it once under the first mode; it starts every mode's line, so each line is
+    read against the same baseline."""
+    points: dict[str, list[tuple[int, float, float]]] = {}
+    for row in frame.itertuples(index=False):
+        ci = getattr(row, "ci95", float("nan"))
+        points.setdefault(row.mode, []).append((int(row.N), float(row.score), float(ci)))
+    base = [p for ps in points.values() for p in ps if p[0] == 1]
+    if len(base) == 1:
+        for ps in points.values():
+            if not any(p[0] == 1 for p in ps):
+                ps.insert(0, base[0])
+    return {m: sorted(ps) for m, ps in sorted(points.items())}
+
+
+BENCH_COLUMNS = {"bfcl": "BFCL-v4", "tau2": "τ²-Bench", "vita": "VitaBench", "overall": "Overall"}
+
+
+def benchmark_table(report: Mapping[str, Any], ours_label: str,
+                    paper_fallback: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
+    """Rows: the paper's models, then ours; columns BFCL-v4, τ²-Bench, VitaBench, Overall (percent)."""
+    paper = report.get("paper") or paper_fallback
+    ours = report.get("ours") or {}
+    rows = []
+    for model, scores in paper.items():
+        rows.append({"model": model, **{title: scores.get(k) for k, title in BENCH_COLUMNS.items()}})
+    rows.append({"model": ours_label, **{title: ours.get(k) for k, title in BENCH_COLUMNS.items()}})
+    return pd.DataFrame(rows, columns=["model", *BENCH_COLUMNS.values()])
+
+
+def benchmark_details(report: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per benchmark run: headline (percent), k, limit and the models that played each part."""
+    rows = []
+    for name, b in (report.get("benchmarks") or {}).items():
+        models = b.get("models") or {}
+        overall = b.get("overall")
+        rows.append({"benchmark": name, "score (%)": None if overall is None else 100.0 * overall,
+                     "k": b.get("k"), "limit": b.get("limit"), "policy": models.get("policy"),
+                     "user simulator": models.get("user_simulator"), "judge": models.get("judge"),
+                     "departures": len(b.get("departures") or [])})
+    return pd.DataFrame(rows, columns=["benchmark", "score (%)", "k", "limit", "policy", "user simulator", "judge",
+                                       "departures"])

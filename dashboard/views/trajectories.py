@@ -1,0 +1,98 @@
+"""Trajectories: filter one run's trajectories (step range, split, mode, reward range, role, termination,
+text), page through them (the store returns one page; a run is never loaded whole) and open one as a
+timeline with Act | Rehearse | Real side by side.
+
+Deep links: `?run=<run id>&traj=<trajectory id>` open a run and a trajectory; the page keeps them updated.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import store_data as sd
+from dashboard.common import ANY, optional, require_store, settings
+from dashboard.render import render_trajectory
+from envace.store.models import TrajectoryMode
+from envace.types import Role, TerminationReason
+
+SORTS = {"step ↑": "step", "step ↓": "-step", "reward ↑": "reward", "reward ↓": "-reward",
+         "generations ↓": "-n_turns", "id ↑": "id"}
+PAGE_SIZES = [25, 50, 100, 200]
+
+store = require_store(settings())
+st.title("Trajectories")
+runs = sd.run_choices(store)
+if not runs:
+    st.info("No runs in the store yet: train or evaluate something first (e.g. `envace demo`).")
+    st.stop()
+labels = {r.id: f"{r.name or r.id} · {r.kind.value} · {r.status.value} · {r.id}" for r in runs}
+ids = [r.id for r in runs]
+qp = st.query_params
+if "run" not in st.session_state:
+    st.session_state.run = qp.get("run") if qp.get("run") in labels else ids[0]
+
+bar = st.sidebar
+run_id = bar.selectbox("Run", ids, format_func=labels.get, key="run")
+first, last = sd.step_bounds(store, run_id)  # index probes: no scan of the run (see dashboard_queries)
+if first is None:
+    st.info("This run has no stored trajectories yet.")
+    st.stop()
+step_min = bar.number_input("Step from", min_value=first, max_value=last, value=first, step=1, key=f"smin-{run_id}")
+step_max = bar.number_input("Step to", min_value=first, max_value=last, value=last, step=1, key=f"smax-{run_id}")
+splits = sd.run_splits(store, run_id)
+split = bar.selectbox("Split", [ANY, *splits], key="split")
+mode = bar.selectbox("Mode", [ANY, *[m.value for m in TrajectoryMode]], key="mode",
+                     help="train / eval / tts-private (a test-time rehearsal) / tts-commit (the real execution)")
+reward_min = bar.number_input("Reward at least", value=None, format="%.4f", key="reward_min")
+reward_max = bar.number_input("Reward at most", value=None, format="%.4f", key="reward_max")
+role = bar.selectbox("Has a turn of role", [ANY, *[r.value for r in Role]], key="role")
+termination = bar.selectbox("Termination", [ANY, *[t.value for t in TerminationReason]], key="termination")
+text = bar.text_input("Text contains", key="text", help="Case-insensitive substring of any turn's text "
+                      "(a scan of the run's turns: slower than the other filters on large runs)")
+sort = bar.selectbox("Sort", list(SORTS), key="sort")
+page_size = bar.selectbox("Rows per page", PAGE_SIZES, index=1, key="page_size")
+
+spec = sd.FilterSpec(run_id=run_id, step_min=int(step_min), step_max=int(step_max), split=optional(split),
+                     mode=optional(mode), reward_min=reward_min, reward_max=reward_max, role=optional(role),
+                     termination=optional(termination), text=text.strip() or None)
+page = st.number_input("Page", min_value=1, value=1, step=1, key=f"page-{hash((spec, sort, page_size))}")
+try:
+    pg = sd.trajectories_page(store, spec, SORTS[sort], int(page), int(page_size))
+except ValueError as exc:
+    st.error(str(exc))
+    st.stop()
+more = "" if pg.total_exact else "+"
+st.caption(f"{pg.total}{more} matching trajectories · page {pg.page} of {pg.n_pages}{more} · "
+           f"{len(pg.items)} shown")
+rows = [{"id": t.id, "step": t.step, "split": t.split, "mode": t.mode.value, "rollout": t.rollout_mode.value,
+         "prompt": t.prompt_id, "sample": t.sample_index, "domain": t.domain, "reward": t.reward,
+         "termination": t.termination.value if t.termination else None, "generations": t.n_turns,
+         "tool calls": t.n_tool_calls, "env calls": t.env_calls} for t in pg.items]
+page_ids = [t.id for t in pg.items]
+
+
+def _open_selected() -> None:
+    sel = st.session_state["traj_table"].selection.rows
+    if sel and sel[0] < len(page_ids):
+        st.session_state.open_id = page_ids[sel[0]]
+
+
+if rows:
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="traj_table", on_select=_open_selected,
+                 selection_mode="single-row")
+else:
+    st.info("No trajectory matches these filters on this page.")
+
+if "open_id" not in st.session_state:
+    traj_qp = qp.get("traj", "")
+    st.session_state.open_id = int(traj_qp) if traj_qp.isdigit() else (page_ids[0] if page_ids else 1)
+open_id = st.number_input("Open trajectory #", min_value=1, step=1, key="open_id",
+                          help="Select a row above, or type any trajectory id")
+st.query_params.update({"run": run_id, "traj": str(int(open_id))})
+st.divider()
+rec = sd.trajectory(store, int(open_id))
+if rec is None:
+    st.warning(f"No trajectory #{int(open_id)} in the store.")
+    st.stop()
+render_trajectory(rec)

@@ -1,0 +1,121 @@
+"""Display shaping on hand-worked inputs: config diffs, run method, sweep / TTS / benchmark tables."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from dashboard.tables import (ABSENT, METRIC_GROUPS, benchmark_details, benchmark_table, config_diff, final_metrics,
+                              flatten, group_keys, key_params, label_column, read_csv, run_method, sweep_table,
+                              tts_frame, tts_lines)
+
+
+def test_flatten_and_config_diff():
+    a = {"lr": 1e-4, "rollout": {"mode": "rehearse", "act": {"t": 1.0}}, "tags": {}, "name": "x"}
+    b = {"lr": 1e-4, "rollout": {"mode": "env", "act": {"t": 1.0}}, "extra": [1, 2]}
+    assert flatten(a) == {"lr": 1e-4, "rollout.mode": "rehearse", "rollout.act.t": 1.0, "tags": {}, "name": "x"}
+    d = config_diff(a, b).set_index("key")
+    assert list(d.index) == ["extra", "lr", "name", "rollout.act.t", "rollout.mode", "tags"]
+    assert d.loc["rollout.mode", "a"] == '"rehearse"' and d.loc["rollout.mode", "b"] == '"env"'
+    assert d.loc["extra", "a"] == ABSENT and d.loc["extra", "b"] == "[1, 2]"
+    assert d.loc["tags", "a"] == "{}" and d.loc["tags", "b"] == ABSENT
+    assert set(d.index[d["differs"]]) == {"extra", "name", "rollout.mode", "tags"}
+    assert config_diff(None, None).empty
+
+
+def test_diff_tells_a_string_from_a_number():
+    d = config_diff({"seed": 1}, {"seed": "1"}).set_index("key")
+    assert bool(d.loc["seed", "differs"]) and (d.loc["seed", "a"], d.loc["seed", "b"]) == ("1", '"1"')
+
+
+def test_run_method_key_params_final_metrics():
+    cfg = {"rollout": {"mode": "env"}, "policy": "per_role", "optim": {"lr": 3e-4}, "k": 4, "other": 1}
+    assert run_method(cfg) == "env / per_role"
+    assert run_method(None, {"envace.mode": "rehearse", "envace.policy": "shared"}) == "rehearse / shared"
+    assert run_method({}, {}) == ""
+    assert key_params(cfg) == {"k": 4, "optim.lr": 3e-4}
+    assert final_metrics({"reward/mean": 0.5, "junk": 1.0}) == {"reward/mean": 0.5}
+
+
+def test_metric_groups_select_per_role_keys():
+    keys = {"reward/mean", "act/adv_mean", "rehearse/adv_mean", "act/adv_std", "act/kl", "rehearse/clip_frac",
+            "rehearse/parse_error_rate", "eval/fidelity/all/field_f1", "fidelity/get/field_f1"}
+    assert group_keys(keys, METRIC_GROUPS["Advantage (mean)"]) == ["act/adv_mean", "rehearse/adv_mean"]
+    assert group_keys(keys, METRIC_GROUPS["Rehearsal fidelity (field F1, exact match)"]) == \
+        ["eval/fidelity/all/field_f1"]
+
+
+def test_sweep_table_mean_ci_columns():
+    df = read_csv("cell,method,seeds,mean,ci95\nenvace,rehearse,3,0.5123,0.04\ngrpo,env,3,0.47,\n", "x.csv")
+    t = sweep_table(df)
+    assert list(t["mean ± 95% CI"]) == ["0.512 ± 0.040", "0.470"]
+
+
+def test_sweep_table_per_metric_pairs_are_melted():
+    df = pd.DataFrame({"cell": ["a", "b"], "reward_mean": [0.5, 0.25], "reward_ci95": [0.1, 0.05],
+                       "success mean": [1.0, 0.0]})
+    t = sweep_table(df, digits=2)
+    assert list(zip(t["cell"], t["metric"], t["mean ± 95% CI"])) == [
+        ("a", "reward", "0.50 ± 0.10"), ("b", "reward", "0.25 ± 0.05"), ("a", "success", "1.00"),
+        ("b", "success", "0.00")]
+
+
+def test_sweep_table_without_means_names_the_columns():
+    with pytest.raises(ValueError, match=r"no 'mean' column.*\['cell', 'score'\]"):
+        sweep_table(pd.DataFrame({"cell": ["a"], "score": [1.0]}))
+    with pytest.raises(ValueError, match="not a readable CSV"):
+        read_csv('a,b\n"unterminated', "sweep/results.csv")
+
+
+def test_tts_frame():
+    df = pd.DataFrame({"n": [2, 1, 1], "Mode": ["parallel", "parallel", "sequential"], "Score": [0.5, 0.4, 0.4]})
+    t = tts_frame(df)
+    assert t.to_dict("list") == {"N": [1, 2, 1], "mode": ["parallel", "parallel", "sequential"],
+                                 "score": [0.4, 0.5, 0.4]}
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['mode'\]"):
+        tts_frame(pd.DataFrame({"N": [1], "score": [0.1]}))
+
+
+def test_tts_frame_of_the_flow_long_table_never_takes_the_seed_count_for_n():
+    df = pd.DataFrame({"tts_n": [1, 2, 2], "tts_mode": ["parallel", "parallel", "sequential"], "group": list("abc"),
+                       "metric": ["reward"] * 3, "n": [3, 3, 3], "mean": [0.4, 0.5, 0.6], "ci95": [0.1, None, 0.2]})
+    t = tts_frame(df)
+    assert t[["N", "mode", "score", "metric"]].values.tolist() == [
+        [1, "parallel", 0.4, "reward"], [2, "parallel", 0.5, "reward"], [2, "sequential", 0.6, "reward"]]
+    with pytest.raises(ValueError, match=r"\['N'\]"):  # `n` beside `mean` is a seed count
+        tts_frame(df.drop(columns=["tts_n"]))
+    lines = tts_lines(t)
+    assert list(lines) == ["parallel", "sequential"]
+    assert [p[:2] for p in lines["parallel"]] == [(1, 0.4), (2, 0.5)]
+    assert [p[:2] for p in lines["sequential"]] == [(1, 0.4), (2, 0.6)]  # the one N = 1 run starts both lines
+    assert lines["sequential"][1][2] == 0.2 and math.isnan(lines["parallel"][1][2])
+
+
+def test_tts_lines_do_not_invent_a_baseline_when_n1_is_ambiguous():
+    t = pd.DataFrame({"N": [1, 1, 2], "mode": ["a", "b", "c"], "score": [0.1, 0.2, 0.3]})
+    assert tts_lines(t) == {"a": [(1, 0.1, pytest.approx(float("nan"), nan_ok=True))],
+                            "b": [(1, 0.2, pytest.approx(float("nan"), nan_ok=True))],
+                            "c": [(2, 0.3, pytest.approx(float("nan"), nan_ok=True))]}
+
+
+def test_sweep_table_shows_the_flow_display_and_labels_by_group():
+    df = pd.DataFrame({"rollout.mode": ["rehearse"], "group": ["envace"], "metric": ["reward"], "n": [1],
+                       "mean": [0.5], "std": [None], "ci95": [None], "display": ["0.500 (n=1)"]})
+    t = sweep_table(df)
+    assert t["mean ± 95% CI"].tolist() == ["0.500 (n=1)"] and label_column(t) == "group"
+    assert label_column(pd.DataFrame({"x": [1], "cell": ["c"]})) == "cell"
+
+
+def test_benchmark_tables():
+    paper = {"P (paper)": {"bfcl": 46.04, "tau2": 36.7, "vita": 16.0, "overall": 32.91}}
+    report = {"ours": {"bfcl": 30.0, "tau2": 20.0, "vita": None, "overall": None},
+              "benchmarks": {"bfcl": {"overall": 0.3, "k": 2, "limit": 5, "departures": ["a", "b"],
+                                      "models": {"policy": "p", "user_simulator": None, "judge": "j"}}}}
+    t = benchmark_table(report, "ours", paper)
+    assert t["model"].tolist() == ["P (paper)", "ours"]
+    assert t.iloc[0, 1:].tolist() == [46.04, 36.7, 16.0, 32.91]
+    assert t.iloc[1]["BFCL-v4"] == 30.0 and pd.isna(t.iloc[1]["Overall"])
+    d = benchmark_details(report).iloc[0]
+    assert math.isclose(d["score (%)"], 30.0) and d["judge"] == "j" and d["departures"] == 2
