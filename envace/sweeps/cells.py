@@ -1,0 +1,210 @@
+"""Running one sweep cell: resolve its config, call the trainer (then the evaluator) or the evaluator,
+and return a JSON-able record of its metrics and MLflow child run.
+
+- `kind: train`: `envace.trainers.embedded.train` with `tracking.parent_run_id` set, so the trainer's own
+  MLflow run is the cell's child run; with `eval_overrides`, the final checkpoint is then evaluated on
+  the tool world with the real environment and those metrics (`eval/...`) are logged into the same
+  child run at the last training step.
+- `kind: eval`: one MLflow child run wrapping `envace.evaluation.run.run_eval` (the TTS sweep's cells).
+
+A training cell resumes from its own latest checkpoint when it runs again with the same cache key (a
+crash, a retry); when the key changed (new code, new input data), the old checkpoints belong to another
+experiment and are removed first, so the cell trains from scratch (`prepare_cell_dir`).
+
+Every execution appends `start` and `end` events to `<cell out_dir>/executions.jsonl`: the audit trail
+of how often a cell really ran (a cached cell does not run, so it writes nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from envace.config import BaseConfig, load_config
+from envace.sweeps.grid import CellSpec
+
+EXECUTIONS = "executions.jsonl"
+KEY_FILE = "cell_key"
+_LOG_LOCK = threading.Lock()
+
+
+def resolve_cell_config(spec: CellSpec, *, for_key: bool = False) -> BaseConfig:
+    """The cell's validated TrainConfig / EvalConfig. `for_key` leaves out the parent run id (a re-run
+    of the sweep under a new parent run is still the same experiment)."""
+    parent = None if for_key else spec.parent_run_id
+    if spec.kind == "train":
+        from envace.trainers.config import TrainConfig
+
+        return load_config(TrainConfig, spec.base, spec.all_overrides(), out_dir=spec.out_dir, progress=False,
+                           tracking={"enabled": True, "mlflow_uri": spec.mlflow_uri, "experiment": spec.experiment,
+                                     "store_url": spec.store_url, "parent_run_id": parent})
+    from envace.evaluation.config import EvalConfig
+
+    return load_config(EvalConfig, spec.base, spec.all_overrides(), out_dir=spec.out_dir)
+
+
+def calls_endpoint(cfg: BaseConfig | Mapping[str, Any]) -> bool:
+    """Whether a resolved config names a remote endpoint (any http(s) URL: judge, user simulator,
+    remote model). Such steps get retries with backoff; purely local ones fail fast."""
+    flat = cfg.flat() if isinstance(cfg, BaseConfig) else _flatten(cfg)
+    return any(isinstance(v, str) and v.startswith(("http://", "https://")) for v in flat.values())
+
+
+def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        key = f"{prefix}/{k}" if prefix else str(k)
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def eval_metrics(result: Mapping[str, Any], prefix: str = "eval") -> dict[str, float]:
+    """Numeric leaves of a `run_eval` result as `eval/world/success`, `eval/world/fidelity/exact_match`,
+    `eval/<benchmark>/...` (lists such as per-seed scores and booleans are left out)."""
+    out: dict[str, float] = {}
+    for key, value in _flatten({k: v for k, v in result.items() if k in ("world", "benchmarks")}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        key = key.removeprefix("benchmarks/")
+        out[f"{prefix}/{key}"] = float(value)
+    if isinstance(result.get("wall_s"), (int, float)):
+        out[f"{prefix}/wall_s"] = float(result["wall_s"])
+    return out
+
+
+def train_metrics(history: list[Mapping[str, float]], last_step: int, tail: int = 5) -> dict[str, float]:
+    """`train/reward_last`: mean training reward over the last `tail` logged steps (one step is noisy)."""
+    rewards = [h["reward/mean"] for h in history if h.get("reward/mean") is not None][-tail:]
+    out = {"train/steps": float(last_step)}
+    if rewards:
+        out["train/reward_last"] = sum(rewards) / len(rewards)
+    return out
+
+
+@contextmanager
+def execution_record(spec: CellSpec) -> Iterator[None]:
+    """Append start/end events of one execution to the cell's executions.jsonl."""
+    path = Path(spec.out_dir) / EXECUTIONS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+
+    def write(event: dict[str, Any]) -> None:
+        with _LOG_LOCK, path.open("a") as f:
+            f.write(json.dumps({"cell": spec.name, "pid": os.getpid(), **event}) + "\n")
+
+    write({"event": "start", "t": started})
+    status = "error"
+    try:
+        yield
+        status = "ok"
+    finally:
+        write({"event": "end", "t": time.time(), "start": started, "status": status})
+
+
+def executions(out_dir: str | Path) -> list[dict[str, Any]]:
+    """The execution events of a cell directory (empty when it never ran)."""
+    path = Path(out_dir) / EXECUTIONS
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def prepare_cell_dir(out_dir: str | Path, key: str) -> bool:
+    """Record `key` in the cell dir; remove checkpoints written under another key. True if removed."""
+    import shutil
+
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    marker = d / KEY_FILE
+    stale = marker.is_file() and marker.read_text().strip() != key
+    if stale and (d / "checkpoints").exists():
+        shutil.rmtree(d / "checkpoints")
+    marker.write_text(key + "\n")
+    return stale
+
+
+def _record(spec: CellSpec, metrics: dict[str, float], run_id: str | None, t0: float, **extra: Any) -> dict[str, Any]:
+    return {"cell": spec.name, "group": spec.group, "levels": dict(spec.levels), "seed": spec.seed,
+            "kind": spec.kind, "out_dir": spec.out_dir, "mlflow_run_id": run_id, "metrics": metrics,
+            "wall_s": time.perf_counter() - t0, **extra}
+
+
+def _log_into_run(mlflow_uri: str, run_id: str, step: int, metrics: dict[str, float], result_file: str | None) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from envace.tracking.mlflow_run import MlflowRun, resolve_tracking_uri
+
+    uri, _ = resolve_tracking_uri(mlflow_uri)
+    client = MlflowClient(tracking_uri=uri)
+    run = MlflowRun(client, run_id, client.get_run(run_id).info.experiment_id)
+    run.log_step_metrics(step, metrics)
+    if result_file and Path(result_file).is_file():
+        run.log_artifact(result_file, "eval")
+
+
+def _run_train_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
+    from envace.evaluation.config import EvalConfig
+    from envace.evaluation.run import run_eval
+    from envace.trainers.checkpoint import latest_checkpoint
+    from envace.trainers.embedded import train
+
+    from envace.sweeps.cache import cell_cache_key
+
+    cfg = resolve_cell_config(spec)
+    prepare_cell_dir(cfg.out_dir, cell_cache_key(spec))
+    res = train(cfg)
+    ckpt = res.checkpoint
+    if ckpt is None:  # resumed at the final step: nothing was trained, the last checkpoint is the result
+        latest = latest_checkpoint(Path(cfg.out_dir) / "checkpoints")
+        ckpt = latest.path if latest else None
+    metrics = train_metrics(res.history, res.last_step)
+    extra: dict[str, Any] = {"checkpoint": str(ckpt) if ckpt else None}
+    if spec.eval_overrides is not None:
+        if ckpt is None:
+            raise RuntimeError(f"cell {spec.name}: training wrote no checkpoint under {cfg.out_dir}/checkpoints; "
+                               f"nothing to evaluate (delete the cell directory to retrain)")
+        ecfg = load_config(EvalConfig, None, spec.eval_overrides, model=str(ckpt), seeds=[spec.seed],
+                           out_dir=str(Path(spec.out_dir) / "eval"))
+        ev = run_eval(ecfg)
+        em = eval_metrics(ev)
+        metrics.update(em)
+        extra["eval_file"] = ev.get("written_to")
+        if res.mlflow_run_id:
+            _log_into_run(spec.mlflow_uri, res.mlflow_run_id, res.last_step, em, ev.get("written_to"))
+    return _record(spec, metrics, res.mlflow_run_id, t0, **extra)
+
+
+def _run_eval_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
+    from envace.evaluation.run import run_eval
+    from envace.tracking.mlflow_run import start_run
+
+    cfg = resolve_cell_config(spec)
+    inputs = [p for p in (cfg.model, cfg.data.path) if p]
+    with start_run(spec.mlflow_uri, spec.experiment, spec.name, cfg, parent_run_id=spec.parent_run_id,
+                   tags={"envace.kind": "eval", "envace.cell": spec.name, "envace.group": spec.group},
+                   input_paths=inputs) as run:
+        ev = run_eval(cfg)
+        metrics = eval_metrics(ev)
+        run.log_step_metrics(0, metrics)
+        if ev.get("written_to"):
+            run.log_artifact(ev["written_to"], "eval")
+    return _record(spec, metrics, run.run_id, t0, eval_file=ev.get("written_to"))
+
+
+def run_cell(spec: CellSpec) -> dict[str, Any]:
+    """Run one cell (train [+ eval], or eval) and return its record: cell, group, levels, seed,
+    mlflow_run_id, metrics {name: float}, out_dir, wall_s."""
+    t0 = time.perf_counter()
+    with execution_record(spec):
+        if spec.kind == "train":
+            return _run_train_cell(spec, t0)
+        return _run_eval_cell(spec, t0)

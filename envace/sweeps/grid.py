@@ -1,0 +1,183 @@
+"""Sweep specs: a grid of config overrides × seeds, expanded into cells.
+
+A sweep YAML (`SweepConfig`) names a base cell config (a `TrainConfig` YAML for `kind: train`, an
+`EvalConfig` YAML or none for `kind: eval`), overrides shared by every cell, and `axes`. Each axis is
+either a mapping `level name -> [key=value, ...]` (named variants, e.g. `envace: []`,
+`grpo_env: [rollout.mode=env]`) or a list of scalars, in which case the axis name is the config key
+(`tts_n: [1, 2, 3]` gives the levels `tts_n=1`, ...). Cells are the Cartesian product of the axes (minus
+`exclude`d combinations) × `seeds`. A cell is fully described by a `CellSpec`, which is what a Prefect
+task receives: it can be run, cached and retried on its own.
+
+Override order inside a cell: sweep `overrides`, then the cell's level overrides (in axis order), then
+the seed (`seed=S` for training, `seeds=[S]` for evaluation), so the seed list always wins. Relative
+paths (`base`, `out_dir`, model dirs) are relative to the directory the sweep is started from (the
+repository root), like every other envace command.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from envace.config import BaseConfig, ConfigError
+
+Scalar = str | int | float | bool
+_SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def fmt_value(v: Scalar) -> str:
+    """A scalar as it is written in a `key=value` override (YAML spelling for booleans)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def slugify(text: str) -> str:
+    """A directory- and Prefect-key-safe form of a cell or sweep name."""
+    return _SLUG_BAD.sub("-", text.replace("=", "-").replace(",", "_")).strip("-_") or "cell"
+
+
+class SweepConfig(BaseConfig):
+    """`envace sweep run CONFIG`: an ablation / TTS sweep over a grid of overrides × seeds."""
+
+    name: str = Field(..., min_length=1, description="Sweep name: the MLflow parent run's name.")
+    kind: Literal["train", "eval"] = Field(
+        "train", description="Cell type: train (TrainConfig, then an optional evaluation) or eval (EvalConfig).")
+    base: str | None = Field(None, description="Base YAML of every cell's config (TrainConfig / EvalConfig).")
+    overrides: list[str] = Field(default_factory=list, description="key=value overrides applied to every cell.")
+    axes: dict[str, dict[str, list[str] | str] | list[Scalar]] = Field(
+        default_factory=dict, description="Grid axes: {axis: {level: [key=value, ...]}} or {config.key: [values]}.")
+    exclude: list[dict[str, Scalar]] = Field(
+        default_factory=list, description="Level combinations to skip, e.g. {tts_n: 1, tts_mode: sequential}.")
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Seeds; one cell per seed.")
+    eval_overrides: list[str] | None = Field(
+        None, description="kind=train: evaluate each final checkpoint with these EvalConfig overrides (None: no eval).")
+    metrics: list[str] | None = Field(None, description="Metrics of the results table (None: chosen by kind).")
+    out_dir: str = Field(..., description="Sweep directory: cells/, results, Prefect result cache.")
+    mlflow_uri: str | None = Field(None, description="MLflow tracking URI or directory (None: <out_dir>/mlflow).")
+    experiment: str = Field("envace-sweeps", description="MLflow experiment of the parent and child runs.")
+    store_url: str | None = Field(None, description="Trajectory store shared by the cells (None: <out_dir>/store.db).")
+    max_workers: int = Field(1, ge=1, description="Cells run at once (one process each when > 1).")
+    task_runner: Literal["auto", "threads", "processes"] = Field(
+        "auto", description="auto: processes when max_workers > 1 (model loading is not thread-safe), else threads.")
+    retries: int = Field(2, ge=0, description="Retries of a cell whose config calls an endpoint (an http(s) URL).")
+    retry_backoff_s: float = Field(10.0, ge=0, description="Exponential backoff factor of those retries (s).")
+    cache: bool = Field(True, description="Skip cells whose config, input data and code are unchanged.")
+    artifact_dir: str = Field("sweep", description="MLflow artifact folder of the results (sweep/, tts/).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SweepConfig":
+        for item in self.overrides + (self.eval_overrides or []):
+            if "=" not in item:
+                raise ConfigError(f"sweep {self.name!r}: override {item!r} is not key=value; write e.g. steps=10")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"sweep {self.name!r}: seeds {self.seeds} repeat a value; list each seed once")
+        for axis, spec in self.axes.items():
+            if not spec:
+                raise ConfigError(f"sweep {self.name!r}: axis {axis!r} has no levels; give at least one")
+            for level, ov in axis_levels(axis, spec):
+                for item in ov:
+                    if "=" not in item:
+                        raise ConfigError(f"sweep {self.name!r}: axis {axis!r} level {level!r}: override {item!r} "
+                                          f"is not key=value")
+        for combo in self.exclude:
+            for axis, level in combo.items():
+                if axis not in self.axes:
+                    raise ConfigError(f"sweep {self.name!r}: exclude names axis {axis!r}, which is not one of "
+                                      f"{sorted(self.axes)}")
+                names = [n for n, _ in axis_levels(axis, self.axes[axis])]
+                if fmt_value(level) not in names:
+                    raise ConfigError(f"sweep {self.name!r}: exclude names level {level!r} of axis {axis!r}; "
+                                      f"its levels are {names}")
+        return self
+
+    def default_metrics(self) -> list[str]:
+        if self.metrics:
+            return list(self.metrics)
+        if self.kind == "eval":
+            return ["eval/world/success", "eval/world/reward"]
+        if self.eval_overrides is not None:
+            return ["eval/world/success", "eval/world/reward", "train/reward_last"]
+        return ["train/reward_last"]
+
+    def resolved_mlflow_uri(self) -> str:
+        return self.mlflow_uri or str(Path(self.out_dir) / "mlflow")
+
+    def resolved_store_url(self) -> str:
+        return self.store_url or str(Path(self.out_dir) / "store.db")
+
+
+def axis_levels(axis: str, spec: dict[str, list[str] | str] | list[Scalar]) -> list[tuple[str, list[str]]]:
+    """[(level name, overrides)] of one axis, in the order written."""
+    if isinstance(spec, dict):
+        return [(str(name), [ov] if isinstance(ov, str) else list(ov)) for name, ov in spec.items()]
+    return [(fmt_value(v), [f"{axis}={fmt_value(v)}"]) for v in spec]
+
+
+class CellSpec(BaseConfig):
+    """Everything one cell needs to run on its own (the parameter of the Prefect cell task)."""
+
+    name: str = Field(..., description="Cell name: 'axis=level,...,seed=S'.")
+    group: str = Field(..., description="Grid point without the seed (the results table's row).")
+    levels: dict[str, str] = Field(default_factory=dict, description="Level of each axis.")
+    seed: int = Field(0, description="Seed of this cell.")
+    kind: Literal["train", "eval"] = Field("train", description="Cell type.")
+    base: str | None = Field(None, description="Base YAML of the cell config.")
+    overrides: list[str] = Field(default_factory=list, description="Sweep + level overrides (seed excluded).")
+    eval_overrides: list[str] | None = Field(None, description="kind=train: evaluation after training.")
+    out_dir: str = Field(..., description="The cell's own directory.")
+    mlflow_uri: str = Field(..., description="MLflow tracking URI or directory (shared with the parent).")
+    experiment: str = Field("envace-sweeps", description="MLflow experiment.")
+    store_url: str | None = Field(None, description="Trajectory store.")
+    parent_run_id: str | None = Field(None, description="The sweep's MLflow parent run.")
+
+    def seed_override(self) -> str:
+        return f"seed={self.seed}" if self.kind == "train" else f"seeds=[{self.seed}]"
+
+    def all_overrides(self) -> list[str]:
+        return [*self.overrides, self.seed_override()]
+
+
+def expand_cells(cfg: SweepConfig, parent_run_id: str | None = None) -> list[CellSpec]:
+    """The sweep's cells: product of the axes (minus excludes) × seeds, in a stable order."""
+    axes = [(axis, axis_levels(axis, spec)) for axis, spec in cfg.axes.items()]
+    excluded = [{a: fmt_value(v) for a, v in combo.items()} for combo in cfg.exclude]
+    out_root = Path(cfg.out_dir) / "cells"
+    cells: list[CellSpec] = []
+    seen: dict[str, str] = {}
+    for combo in itertools.product(*[levels for _, levels in axes]):
+        levels = {axis: level for (axis, _), (level, _) in zip(axes, combo)}
+        if any(all(levels.get(a) == lv for a, lv in ex.items()) for ex in excluded):
+            continue
+        level_overrides = [ov for _, ovs in combo for ov in ovs]
+        group = ",".join(f"{a}={lv}" for a, lv in levels.items())
+        for seed in cfg.seeds:
+            name = f"{group},seed={seed}" if group else f"seed={seed}"
+            slug = slugify(name)
+            if slug in seen:
+                raise ConfigError(f"sweep {cfg.name!r}: cells {seen[slug]!r} and {name!r} map to the same directory "
+                                  f"{slug!r}; rename a level")
+            seen[slug] = name
+            cells.append(CellSpec(
+                name=name, group=group or "all", levels=levels, seed=seed, kind=cfg.kind, base=cfg.base,
+                overrides=[*cfg.overrides, *level_overrides], eval_overrides=cfg.eval_overrides,
+                out_dir=str(out_root / slug), mlflow_uri=cfg.resolved_mlflow_uri(), experiment=cfg.experiment,
+                store_url=cfg.resolved_store_url(), parent_run_id=parent_run_id))
+    if not cells:
+        raise ConfigError(f"sweep {cfg.name!r}: every combination is excluded; remove an exclude entry")
+    return cells
+
+
+def tts_sweep_config(model: str, out_dir: str, *, n_values: list[int] = (1, 2, 3),
+                     modes: list[str] = ("parallel", "sequential"), seeds: list[int] = (0,),
+                     eval_overrides: list[str] = (), name: str = "tts", **fields: Any) -> SweepConfig:
+    """A TTS sweep: N × mode evaluation cells of one model. N=1 means no private rehearsal, so it is
+    run once (as `parallel`) instead of once per mode."""
+    exclude = [{"tts_n": 1, "tts_mode": m} for m in modes[1:]] if 1 in n_values and len(modes) > 1 else []
+    return SweepConfig(name=name, kind="eval", overrides=[f"model={model}", *eval_overrides],
+                       axes={"tts_n": list(n_values), "tts_mode": list(modes)}, exclude=exclude,
+                       seeds=list(seeds), out_dir=out_dir, artifact_dir="tts", **fields)

@@ -1,0 +1,18 @@
+"""Prefect 3 flows of envace: data versioning, training, evaluation, TTS and ablation sweeps, the
+full pipeline. Flows are thin: each task calls one envace function with a validated config.
+
+Importing this package sets Prefect's offline defaults (unless already set): the ephemeral server's
+first start takes about 20 s on 2 cores, past Prefect's 20 s default timeout, and it would try to send
+telemetry. Prefect's ephemeral mode is the default; set PREFECT_API_URL to use a running server.
+"""
+
+import os
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,28 @@
+"""The ablation sweep flow: any grid of config overrides × seeds from a sweep YAML (`SweepConfig`),
+one MLflow parent run with a child run per cell, a mean ± 95 % CI table and a plot as artifacts
+(`sweep/results.csv`, `sweep/results.html`). See flows/common.py for caching, retries, concurrency.
+
+    envace sweep run configs/sweeps/paper_ablations.yaml
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from envace.config import load_config
+from envace.sweeps.grid import SweepConfig
+from flows.common import execute_sweep
+
+
+@flow(name="ablation-sweep")
+def ablation_sweep(config: str, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Run the sweep described by the YAML at `config` (with `key=value` overrides of the sweep config)."""
+    return execute_sweep(load_config(SweepConfig, config, overrides or []))
+
+
+@flow(name="sweep")
+def sweep_from_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Run a sweep given as a SweepConfig mapping (programmatic use, e.g. `envace demo`)."""
+    return execute_sweep(SweepConfig.model_validate(config))

@@ -1,0 +1,202 @@
+"""Shared flow machinery: the sweep-cell task and the sweep body used by the ablation and TTS flows.
+
+Behaviour (each choice is Prefect's own mechanism, not a re-implementation):
+- **Caching.** The cell task has `cache_key_fn` = `envace.sweeps.cache.cell_cache_key` (resolved config
+  digest + input data hashes + code version) and persists its result as JSON in
+  `<sweep out_dir>/.prefect-results/<key>`. Prefect 3 looks cached results up in that storage, not in
+  its database, so a re-run in a new process (or against another Prefect server) skips finished cells.
+  A failed cell stores nothing and runs again next time.
+- **Failure isolation.** Cells are submitted as task runs and their final states are collected; a
+  failed cell is reported by name (with its error) and never stops the others. The flow itself
+  completes; its summary carries `failed`.
+- **Concurrency.** The flow opens its own task runner sized by the sweep config (`max_workers`), so
+  the limit holds in ephemeral mode without any server-side setup. With `max_workers: 1` cells run one
+  after another in the flow's process (`ThreadPoolTaskRunner(1)`). With more, cells run in a
+  `ProcessPoolTaskRunner`: model loading in transformers and torch's thread settings are process-global
+  and not thread-safe (two training cells in threads of one process fail with meta-tensor and lazy-
+  import errors), so parallel cells need separate processes. `task_runner: threads` forces threads
+  (e.g. evaluations against a remote endpoint). Cell task runs also carry the tag `envace-cell`: with a
+  Prefect server, `prefect concurrency-limit create envace-cell N` additionally caps cells across
+  concurrent flow runs that share one machine.
+- **Retries.** A cell whose config names an endpoint (an http(s) URL: judge, user simulator, remote
+  model) retries `sweep.retries` times with exponential backoff; local cells fail fast.
+- **Progress.** A log line per finished cell and a Prefect progress artifact; at the end a Prefect
+  table artifact with the mean ± 95 % CI table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.artifacts import (create_markdown_artifact, create_progress_artifact, create_table_artifact,
+                               update_progress_artifact)
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import as_completed
+from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
+from prefect.tasks import exponential_backoff
+
+from envace.sweeps.cache import cell_cache_key
+from envace.sweeps.cells import calls_endpoint, resolve_cell_config, run_cell
+from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
+from envace.sweeps.results import (cells_frame, log_results, markdown_table, summarize, sweep_parent_run,
+                                   write_results)
+
+CELL_TAG = "envace-cell"
+RESULT_DIR = ".prefect-results"
+
+
+@task(name="sweep-cell", tags=[CELL_TAG], persist_result=True, result_serializer="json")
+def cell_task(spec: CellSpec) -> dict[str, Any]:
+    logger = get_run_logger()
+    logger.info("cell %s: running in %s", spec.name, spec.out_dir)
+    record = run_cell(spec)
+    logger.info("cell %s: done in %.1f s; %s", spec.name, record["wall_s"], _short(record["metrics"]))
+    return record
+
+
+def _cell_cache_key(context: Any, parameters: dict[str, Any]) -> str | None:
+    try:
+        return cell_cache_key(parameters["spec"])
+    except Exception:  # noqa: BLE001 - an unresolvable cell is not cached; it fails with its real error
+        return None
+
+
+def _short(metrics: dict[str, float], keep: int = 4) -> str:
+    items = list(metrics.items())[:keep]
+    return ", ".join(f"{k}={v:.3f}" for k, v in items) or "no metrics"
+
+
+def artifact_key(text: str) -> str:
+    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
+    return "".join(c if c.isalnum() else "-" for c in slugify(text).lower()).strip("-") or "sweep"
+
+
+def is_remote(spec: CellSpec) -> bool:
+    try:
+        return calls_endpoint(resolve_cell_config(spec))
+    except Exception:  # noqa: BLE001 - an invalid config fails inside its cell, where it is reported
+        return False
+
+
+def configured_cell_task(cfg: SweepConfig, spec: CellSpec):
+    opts: dict[str, Any] = {"task_run_name": f"cell[{spec.name}]",
+                            "result_storage": Path(cfg.out_dir) / RESULT_DIR}
+    if cfg.cache:
+        opts["cache_key_fn"] = _cell_cache_key
+    else:
+        opts["cache_policy"] = NO_CACHE
+    if cfg.retries and is_remote(spec):
+        opts.update(retries=cfg.retries, retry_delay_seconds=exponential_backoff(backoff_factor=cfg.retry_backoff_s),
+                    retry_jitter_factor=0.2)
+    return cell_task.with_options(**opts)
+
+
+def task_runner_for(max_workers: int, kind: str = "auto"):
+    """Threads for one worker (in-process), processes for several (see the module docstring)."""
+    if kind == "auto":
+        kind = "processes" if max_workers > 1 else "threads"
+    if kind == "processes":
+        return ProcessPoolTaskRunner(max_workers=max_workers)
+    return ThreadPoolTaskRunner(max_workers=max_workers)
+
+
+def cell_runner(cfg: SweepConfig):
+    return task_runner_for(cfg.max_workers, cfg.task_runner)
+
+
+class CellStatus(str, Enum):
+    COMPLETED = "completed"  # ran in this flow run
+    CACHED = "cached"  # a finished result with the same cache key was reused
+    FAILED = "failed"  # raised (after its retries); reported by name, never stops the others
+
+
+@dataclass
+class CellOutcome:
+    spec: CellSpec
+    status: CellStatus
+    record: dict[str, Any] | None = None
+    error: str | None = None
+
+
+def _error_text(fut: Any) -> str:
+    exc = fut.result(raise_on_failure=False)
+    if isinstance(exc, BaseException):
+        return f"{type(exc).__name__}: {exc}"
+    return fut.state.message or fut.state.name
+
+
+def run_cells(cfg: SweepConfig, cells: list[CellSpec]) -> list[CellOutcome]:
+    """Submit every cell, wait for all, return outcomes in cell order (never raises for a cell)."""
+    logger = get_run_logger()
+    progress = create_progress_artifact(0.0, description=f"sweep {cfg.name}: % of {len(cells)} cells finished")
+    outcomes: dict[str, CellOutcome] = {}
+    with cell_runner(cfg) as runner:
+        futures = {}
+        for spec in cells:
+            fut = runner.submit(configured_cell_task(cfg, spec), {"spec": spec})
+            futures[fut.task_run_id] = (fut, spec)
+        for done, fut in enumerate(as_completed([f for f, _ in futures.values()]), start=1):
+            _, spec = futures[fut.task_run_id]
+            fut.wait()  # sets the final state from the worker; `.state` alone may read a stale one from the API
+            state = fut.state
+            if state.is_completed():
+                status = CellStatus.CACHED if state.name == "Cached" else CellStatus.COMPLETED
+                outcome = CellOutcome(spec, status, record=fut.result())
+                logger.info("[%d/%d] %s: %s; %s", done, len(cells), spec.name, status.value,
+                            _short(outcome.record["metrics"]))
+            else:
+                outcome = CellOutcome(spec, CellStatus.FAILED, error=_error_text(fut))
+                logger.error("[%d/%d] %s: FAILED: %s", done, len(cells), spec.name, outcome.error)
+            outcomes[spec.name] = outcome
+            update_progress_artifact(progress, progress=100.0 * done / len(cells))
+    return [outcomes[s.name] for s in cells]
+
+
+def _clean(value: Any) -> Any:
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
+    """The body of every sweep flow: parent run, cells, results table, artifacts, summary."""
+    logger = get_run_logger()
+    out = Path(cfg.out_dir).resolve()
+    cfg = cfg.model_copy(update={"out_dir": str(out)})
+    out.mkdir(parents=True, exist_ok=True)
+    with sweep_parent_run(cfg) as parent:
+        cells = expand_cells(cfg, parent.run_id)
+        logger.info("sweep %s: %d cells, %d at a time (%s); MLflow parent run %s in %s", cfg.name, len(cells),
+                    cfg.max_workers, type(cell_runner(cfg)).__name__, parent.run_id, cfg.resolved_mlflow_uri())
+        outcomes = run_cells(cfg, cells)
+        records = [o.record for o in outcomes if o.record is not None]
+        failed = {o.spec.name: o.error for o in outcomes if o.status is CellStatus.FAILED}
+        axes = list(cfg.axes)
+        table = summarize(records, axes, cfg.default_metrics())
+        summary = {
+            "sweep": cfg.name, "out_dir": str(out), "parent_run_id": parent.run_id,
+            "mlflow_uri": cfg.resolved_mlflow_uri(), "experiment": cfg.experiment,
+            "cells": {o.spec.name: o.status.value for o in outcomes},
+            "executed": [o.spec.name for o in outcomes if o.status is CellStatus.COMPLETED],
+            "cached": [o.spec.name for o in outcomes if o.status is CellStatus.CACHED],
+            "failed": failed,
+            "child_runs": {o.spec.name: o.record.get("mlflow_run_id") for o in outcomes if o.record},
+            "table": [{k: _clean(v) for k, v in row.items()} for row in table.to_dict("records")],
+        }
+        paths = write_results(out / "results", cells_frame(records, axes), table, summary, cfg.name)
+        summary["results_csv"] = str(paths["results.csv"])
+        log_results(parent, paths, cfg.artifact_dir, failed)
+    key = artifact_key(cfg.name)
+    create_table_artifact(table=summary["table"], key=f"{key}-results",
+                          description=f"sweep {cfg.name}: mean ± 95% CI over seeds {cfg.seeds}")
+    failures = "\n".join(f"- **{name}**: {err}" for name, err in failed.items()) or "none"
+    create_markdown_artifact(f"## {cfg.name}\n\n{markdown_table(table)}\n\n### Failed cells\n{failures}\n",
+                             key=f"{key}-summary", description=f"sweep {cfg.name} summary")
+    if failed:
+        logger.error("sweep %s: %d of %d cells failed: %s", cfg.name, len(failed), len(outcomes), ", ".join(failed))
+    logger.info("sweep %s: %d executed, %d cached, %d failed; results in %s", cfg.name, len(summary["executed"]),
+                len(summary["cached"]), len(failed), paths["results.csv"])
+    return summary

@@ -1,0 +1,76 @@
+"""The evaluation flow: one checkpoint on the tool world (real environment, with rehearsal fidelity) and
+the benchmarks, fanned out as one task per benchmark (`envace.evaluation.run.run_eval` with
+`benchmarks=[b]`, results in `<out_dir>/<b>/eval.json`; several at once run in worker processes, as
+sweep cells do). A benchmark task whose config names an
+endpoint (remote judge / user simulator / model URL), or any task when `remote=True`, retries with
+exponential backoff. One failing benchmark does not stop the others; the summary names it. All
+results go to one MLflow run (`eval/<benchmark>/<metric>` metrics, the JSON as artifacts), nested under
+`parent_run_id` when given (the pipeline's run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.futures import as_completed
+
+from envace.config import load_config
+from envace.evaluation.config import EvalConfig
+from envace.evaluation.run import resolve_model_dir, run_eval
+from envace.sweeps.cells import eval_metrics
+from envace.tracking.mlflow_run import start_run
+from flows.common import task_runner_for
+from flows.train import with_endpoint_retries
+
+ALL_BENCHMARKS = ["world", "bfcl", "tau2", "vita", "finmcp"]
+
+
+@task(name="benchmark-eval", tags=["envace-eval"])
+def benchmark_task(cfg: EvalConfig) -> dict[str, Any]:
+    return run_eval(cfg)
+
+
+@flow(name="evaluate-checkpoint")
+def evaluate_checkpoint(model: str, benchmarks: list[str] | None = None, overrides: list[str] | None = None,
+                        out_dir: str | None = None, mlflow_uri: str | None = None, experiment: str = "envace-eval",
+                        parent_run_id: str | None = None, max_workers: int = 1, remote: bool | None = None,
+                        retries: int = 3, retry_backoff_s: float = 10.0) -> dict[str, Any]:
+    """Evaluate `model` (a model dir or a step_* checkpoint) on each benchmark as its own task."""
+    logger = get_run_logger()
+    benchmarks = benchmarks or ALL_BENCHMARKS
+    out = Path(out_dir) if out_dir else resolve_model_dir(model).parent / f"eval_{Path(model).name}"
+    configs = {b: load_config(EvalConfig, None, overrides or [], model=model, benchmarks=[b], out_dir=str(out / b))
+               for b in benchmarks}
+    results: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+    with task_runner_for(max_workers) as runner:
+        futures = {}
+        for b, cfg in configs.items():
+            t = benchmark_task.with_options(task_run_name=f"eval[{b}]")
+            t = with_endpoint_retries(t, cfg, retries, retry_backoff_s, force=remote)
+            fut = runner.submit(t, {"cfg": cfg})
+            futures[fut.task_run_id] = (fut, b)
+        for fut in as_completed([f for f, _ in futures.values()]):
+            b = futures[fut.task_run_id][1]
+            fut.wait()  # the final state from the worker, not a possibly stale one from the API
+            if fut.state.is_completed():
+                results[b] = fut.result()
+                logger.info("eval[%s]: done; %s", b, ", ".join(f"{k}={v:.3f}" for k, v in
+                                                                 list(eval_metrics(results[b]).items())[:3]))
+            else:
+                exc = fut.result(raise_on_failure=False)
+                failed[b] = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(fut.state.message)
+                logger.error("eval[%s]: FAILED: %s", b, failed[b])
+    uri = mlflow_uri or str(out / "mlflow")
+    with start_run(uri, experiment, f"eval-{Path(model).name}",
+                   {"model": model, "benchmarks": benchmarks, "overrides": overrides or []},
+                   parent_run_id=parent_run_id, tags={"envace.kind": "eval"}, input_paths=[model]) as run:
+        for b, res in results.items():  # world: eval/world/<metric>; others: eval/<benchmark>/<metric>
+            run.log_step_metrics(0, eval_metrics(res, prefix="eval" if b == "world" else f"eval/{b}"))
+            run.log_artifact_dict(res, f"eval/{b}.json")
+        run.set_tags({"envace.failed_benchmarks": ",".join(sorted(failed))})
+    if failed:
+        logger.error("benchmarks failed: %s", "; ".join(f"{b}: {e}" for b, e in failed.items()))
+    return {"model": model, "results": results, "failed": failed, "mlflow_run_id": run.run_id, "out_dir": str(out)}

@@ -1,0 +1,99 @@
+"""Sweep grids: product of axes × seeds, override order, excludes, validation errors, shipped configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envace.config import ConfigError, load_config
+from envace.sweeps.cells import resolve_cell_config
+from envace.sweeps.grid import SweepConfig, expand_cells, slugify, tts_sweep_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make(**kw) -> SweepConfig:
+    return SweepConfig(**{"name": "s", "out_dir": "/tmp/s", **kw})
+
+
+def test_product_of_axes_times_seeds_with_overrides_in_order():
+    cfg = make(overrides=["steps=3"], seeds=[0, 1],
+               axes={"variant": {"a": ["k=1"], "b": ["k=2", "j=5"]}, "algo.use_kl": [True, False]})
+    cells = expand_cells(cfg, parent_run_id="P")
+    assert len(cells) == 2 * 2 * 2
+    assert [c.name for c in cells[:4]] == ["variant=a,algo.use_kl=true,seed=0", "variant=a,algo.use_kl=true,seed=1",
+                                           "variant=a,algo.use_kl=false,seed=0", "variant=a,algo.use_kl=false,seed=1"]
+    c = next(c for c in cells if c.name == "variant=b,algo.use_kl=false,seed=1")
+    assert c.group == "variant=b,algo.use_kl=false"
+    assert c.levels == {"variant": "b", "algo.use_kl": "false"}
+    assert c.all_overrides() == ["steps=3", "k=2", "j=5", "algo.use_kl=false", "seed=1"]  # seed last: it wins
+    assert c.parent_run_id == "P" and c.out_dir == "/tmp/s/cells/" + slugify(c.name)
+    assert len({x.out_dir for x in cells}) == len(cells)
+
+
+def test_eval_cells_put_the_seed_in_the_seed_list():
+    cells = expand_cells(make(kind="eval", axes={"tts_n": [2]}, seeds=[7]))
+    assert cells[0].all_overrides() == ["tts_n=2", "seeds=[7]"]
+
+
+def test_no_axes_gives_one_cell_per_seed():
+    cells = expand_cells(make(seeds=[3, 4]))
+    assert [c.name for c in cells] == ["seed=3", "seed=4"] and {c.group for c in cells} == {"all"}
+
+
+def test_exclude_drops_combinations():
+    cfg = tts_sweep_config("m", "/tmp/t", n_values=[1, 2, 3], modes=["parallel", "sequential"], seeds=[0, 1])
+    groups = list(dict.fromkeys(c.group for c in expand_cells(cfg)))
+    assert groups == ["tts_n=1,tts_mode=parallel", "tts_n=2,tts_mode=parallel", "tts_n=2,tts_mode=sequential",
+                      "tts_n=3,tts_mode=parallel", "tts_n=3,tts_mode=sequential"]
+    assert cfg.artifact_dir == "tts" and cfg.kind == "eval"
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"overrides": ["steps"]}, "override 'steps' is not key=value"),
+    ({"seeds": [0, 0]}, "repeat"),
+    ({"axes": {"v": {}}}, "axis 'v' has no levels"),
+    ({"axes": {"v": {"a": ["oops"]}}}, "level 'a': override 'oops'"),
+    ({"axes": {"v": {"a": []}}, "exclude": [{"w": "a"}]}, "exclude names axis 'w'"),
+    ({"axes": {"v": {"a": []}}, "exclude": [{"v": "zzz"}]}, "exclude names level 'zzz'"),
+])
+def test_invalid_sweeps_name_the_problem(kw, needle, tmp_path):
+    with pytest.raises(ValueError, match=needle):  # constructed directly: pydantic wraps the ConfigError
+        make(**kw)
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "s", "out_dir": "/tmp/s", **kw}))
+    with pytest.raises(ConfigError, match=needle):  # loaded from a file: the plain explained error
+        load_config(SweepConfig, path)
+
+
+def test_all_excluded_and_colliding_dirs_are_errors():
+    with pytest.raises(ConfigError, match="every combination is excluded"):
+        expand_cells(make(axes={"v": {"a": []}}, exclude=[{"v": "a"}]))
+    with pytest.raises(ConfigError, match="same directory"):
+        expand_cells(make(axes={"v": {"a b": [], "a-b": []}}))
+
+
+@pytest.mark.parametrize("name, n_cells", [("paper_ablations", 18), ("tts", 15), ("example_two_cell", 2)])
+def test_shipped_sweeps_expand_and_every_cell_config_validates(name, n_cells):
+    cfg = load_config(SweepConfig, REPO / "configs" / "sweeps" / f"{name}.yaml")
+    cells = expand_cells(cfg)
+    assert len(cells) == n_cells
+    for cell in cells:
+        resolved = resolve_cell_config(cell)  # raises ConfigError on any invalid cell
+        assert resolved.out_dir == cell.out_dir
+
+
+def test_paper_ablations_cover_the_papers_switches():
+    cfg = load_config(SweepConfig, REPO / "configs/sweeps/paper_ablations.yaml")
+    by_group = {c.group: resolve_cell_config(c) for c in expand_cells(cfg) if c.seed == 0}
+    assert cfg.seeds == [0, 1, 2]
+    assert by_group["variant=envace"].rollout.mode == "rehearse" and by_group["variant=envace"].policy == "shared"
+    assert by_group["variant=grpo_env"].rollout.mode == "env"
+    assert by_group["variant=per_role"].policy == "per_role"
+    assert by_group["variant=act_only_sim"].rollout.mode == "simulator"
+    assert by_group["variant=kl_on"].algo.use_kl is True and by_group["variant=envace"].algo.use_kl is False
+    assert by_group["variant=rehearse_t0.01"].rollout.rehearse.temperature == 0.01
+    assert by_group["variant=envace"].rollout.rehearse.temperature == 1.0
