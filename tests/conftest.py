@@ -1,4 +1,4 @@
-"""Fixtures for the model tests: a small chat-shaped corpus and one tiny model dir per session."""
+"""Shared fixtures: a small chat-shaped corpus, its tokenizer and one tiny model dir per session (used by the model and engine tests)."""
 
 from __future__ import annotations
 
