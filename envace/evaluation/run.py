@@ -54,4 +54,36 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(results, indent=2, default=str))
     results["written_to"] = str(out / "eval.json")
+    if cfg.tracking.enabled:
+        results["mlflow_run_id"] = _log_to_mlflow(cfg, results, out)
     return results
+
+
+def eval_metrics(results: dict[str, Any]) -> dict[str, float]:
+    """Flat MLflow metrics of an evaluation: world success / reward per domain and rehearsal fidelity
+    per tool (`fidelity/<tool>/<score>`)."""
+    from envace.tracking.fidelity import ToolFidelity, fidelity_metric_dict
+
+    m: dict[str, float] = {}
+    world = results.get("world")
+    if world:
+        for k in ("success", "reward", "tool_call_validity"):
+            m[f"world/{k}"] = float(world[k])
+        for dom, vals in world["per_domain"].items():
+            for k, v in vals.items():
+                m[f"world/{dom}/{k}"] = float(v)
+        per_tool = (world.get("fidelity") or {}).get("per_tool") or {}
+        m.update(fidelity_metric_dict({t: ToolFidelity(**v) for t, v in per_tool.items()}))
+    return m
+
+
+def _log_to_mlflow(cfg: EvalConfig, results: dict[str, Any], out: Path) -> str:
+    from envace.tracking.mlflow_run import start_run
+    from envace.trainers.tracking import default_mlflow_uri
+
+    uri = cfg.tracking.mlflow_uri or default_mlflow_uri(out)
+    with start_run(uri, cfg.tracking.experiment, f"eval-{Path(cfg.model).name}", cfg,
+                   parent_run_id=cfg.tracking.parent_run_id, tags={"envace.kind": "eval"}) as run:
+        run.log_step_metrics(0, eval_metrics(results))
+        run.log_artifact(out / "eval.json", "eval")
+        return run.run_id
