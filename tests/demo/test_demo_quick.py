@@ -1,0 +1,41 @@
+"""The README's main job in its one-minute form: `envace demo --quick` runs every stage (world, tiny
+model, SFT, EnvACE RL, GRPO baseline, evaluation, TTS sweep) and leaves MLflow runs and stored
+trajectories behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import sqlalchemy as sa
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_quick_demo_runs_every_stage(tmp_path):
+    out = tmp_path / "demo"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLFLOW_ENABLE_TELEMETRY": "false"}
+    done = subprocess.run([sys.executable, "-m", "envace.cli", "demo", "--quick", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=1700)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for stage in ("1/7", "3/7", "4/7 RL: envace", "5/7 RL: grpo_env", "6/7", "7/7"):
+        assert stage in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"sft", "eval_sft", "envace", "eval_envace", "grpo_env", "eval_grpo_env", "tts"} <= set(summary)
+    assert [(r["n"], r["mode"]) for r in summary["tts"]] == [(1, "parallel"), (2, "parallel"), (2, "sequential")]
+    assert "MLflow UI" in done.stdout and "envace dashboard" in done.stdout
+    eng = sa.create_engine(f"sqlite:///{out / 'store.db'}")
+    with eng.connect() as c:
+        n_runs = c.execute(sa.text("SELECT count(*) FROM runs")).scalar()
+    assert n_runs == 2  # one store run per RL method
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("envace-demo")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.info.run_name == "demo"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(parents) == 1 and len(children) == 2
