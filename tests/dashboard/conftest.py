@@ -183,4 +183,8 @@ def dash_env(monkeypatch, seeded):
 @pytest.fixture(scope="session")
 def dc():
     """This module's constants for the tests (a bare `import conftest` could pick another directory's)."""
-    return sys.modules[__name__]
+    return _THIS
+
+
+# Captured while this module executes: later, sys.modules["conftest"] may be another directory's conftest.
+_THIS = sys.modules[__name__]
