@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,6 +186,28 @@ def dash_env(monkeypatch, seeded):
 def dc():
     """This module's constants for the tests (a bare `import conftest` could pick another directory's)."""
     return _THIS
+
+
+def _wait_until_healthy(proc, port: int, log: Path, timeout_s: float) -> None:
+    """Poll Streamlit's health endpoint until it answers ok; fail with the server log if the process
+    exits or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5) as r:
+                if r.read() == b"ok":
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"dashboard did not become ready (exit {proc.poll()}):\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="session")
+def wait_until_healthy():
+    """The health-poll helper (a fixture, since test modules cannot import this conftest by name)."""
+    return _wait_until_healthy
 
 
 # Captured while this module executes: later, sys.modules["conftest"] may be another directory's conftest.

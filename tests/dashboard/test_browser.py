@@ -13,8 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -63,7 +61,7 @@ def listening_addresses(port: int) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def server(seeded, tmp_path_factory):
+def server(seeded, tmp_path_factory, wait_until_healthy):
     """`envace dashboard` (the CLI) on a free port, in its own process group."""
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
@@ -72,18 +70,8 @@ def server(seeded, tmp_path_factory):
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + READY_S
     try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=5) as r:
-                    if r.read() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"dashboard did not become ready (exit {proc.poll()}):\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+        wait_until_healthy(proc, port, log, READY_S)
         yield url, port
     finally:
         if proc.poll() is None:

@@ -7,8 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
@@ -65,7 +63,7 @@ def test_command_line_wins_over_environment(tmp_path):
 
 
 @pytest.mark.dashboard
-def test_terminating_the_launcher_stops_the_server(tmp_path):
+def test_terminating_the_launcher_stops_the_server(tmp_path, wait_until_healthy):
     """`launch` forwards SIGTERM: killing `envace dashboard` leaves no Streamlit server behind."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -77,17 +75,7 @@ def test_terminating_the_launcher_stops_the_server(tmp_path):
         proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "s.db"), str(port)], stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5) as r:
-                    if r.read() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"dashboard did not start (exit {proc.poll()}):\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+        wait_until_healthy(proc, port, log, 180)
         os.kill(proc.pid, signal.SIGTERM)  # the launcher only, not its process group
         proc.wait(timeout=60)
         with pytest.raises(ProcessLookupError):
