@@ -1,7 +1,8 @@
 """Does the embedded default learn? SFT once, then a fixed RL budget per method and RL seed, each
 evaluated with the REAL environment over several evaluation seeds.
 
-    .venv/bin/python bench/learning_signal.py --out runs/signal            # full (~35 min on 2 idle cores)
+    .venv/bin/python bench/learning_signal.py --out runs/signal            # full (~60 min on 2 idle cores)
+    .venv/bin/python bench/learning_signal.py --out runs/signal2 --sft-dir runs/signal/sft   # reuse the SFT
     .venv/bin/python bench/learning_signal.py --out /tmp/sig --quick       # smoke
 
 Reports, for the SFT checkpoint and every (method, RL seed): held-out test tasks (unseen entity x task
@@ -31,6 +32,7 @@ from envace.models.tiny import TinyModelConfig, init_tiny_model
 from envace.trainers.config import DataConfig, SFTConfig, TrainConfig
 from envace.trainers.embedded import train
 from envace.trainers.sft import sft
+from envace.types import Role
 from envace.worlds.generator import generate_tasks
 
 METHODS = {
@@ -40,9 +42,11 @@ METHODS = {
 }
 
 
-def evaluate(model_dir: Path, held_out, in_dist, eval_seeds: list[int]) -> dict:
-    model, tok = load_policy(model_dir)
-    engine = HFEngine(model, tok)
+def evaluate(model_dir: Path, held_out, in_dist, eval_seeds: list[int], rehearse_dir: Path | None = None) -> dict:
+    """`rehearse_dir`: the per-role ablation's Rehearse model (Act is `model_dir`)."""
+    engine = HFEngine(*load_policy(model_dir))
+    if rehearse_dir is not None:
+        engine = {Role.ACT: engine, Role.REHEARSE: HFEngine(*load_policy(rehearse_dir))}
     rollout = RolloutConfig(mode="env", act=SamplingConfig(temperature=0.0, max_new_tokens=64),
                             rehearse=SamplingConfig(temperature=0.0, max_new_tokens=48))
     out = {}
@@ -61,7 +65,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="runs/signal")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--sft-steps", type=int, default=700)
+    ap.add_argument("--sft-steps", type=int, default=1400)
+    ap.add_argument("--sft-tasks", type=int, default=6000)
+    ap.add_argument("--sft-dir", default=None, help="reuse this SFT output dir (holds model/ and sft_summary.json)")
     ap.add_argument("--rl-steps", type=int, default=30)
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--k", type=int, default=8)
@@ -85,25 +91,32 @@ def main() -> None:
     in_dist = generate_tasks(args.eval_tasks, "train", 777)  # fresh train-distribution tasks (own seed)
     report: dict = {"args": vars(args), "runs": {}}
     t0 = time.perf_counter()
-    tiny = init_tiny_model(world_corpus(600, seed=0), out / "tiny", TinyModelConfig(seed=0))
-    sft_sum = sft(SFTConfig(model=str(tiny), out_dir=str(out / "sft"), steps=args.sft_steps, progress=False,
-                            data=DataConfig(n_tasks=3000, seed=0)))
+    if args.sft_dir:
+        sft_dir = Path(args.sft_dir)
+        sft_sum = json.loads((sft_dir / "sft_summary.json").read_text())
+    else:
+        sft_dir = out / "sft"
+        tiny = init_tiny_model(world_corpus(600, seed=0), out / "tiny", TinyModelConfig(seed=0))
+        sft_sum = sft(SFTConfig(model=str(tiny), out_dir=str(sft_dir), steps=args.sft_steps, progress=False,
+                                data=DataConfig(n_tasks=args.sft_tasks, seed=0)))
     report["sft"] = sft_sum
-    report["runs"]["sft"] = {"eval": evaluate(out / "sft" / "model", held_out, in_dist, eval_seeds),
+    report["runs"]["sft"] = {"eval": evaluate(sft_dir / "model", held_out, in_dist, eval_seeds),
                              "wall_s": sft_sum["wall_s"]}
     print(json.dumps({"sft": report["runs"]["sft"]}, indent=1), flush=True)
     for method in args.methods.split(","):
         for seed in rl_seeds:
             tcfg = TrainConfig.model_validate({
-                "model": str(out / "sft" / "model"), "out_dir": str(out / f"{method}_s{seed}"), "steps": args.rl_steps,
+                "model": str(sft_dir / "model"), "out_dir": str(out / f"{method}_s{seed}"), "steps": args.rl_steps,
                 "prompts_per_step": args.prompts, "k": args.k, "save_every": args.rl_steps, "seed": seed,
                 "optim": {"lr": args.lr}, "data": {"n_tasks": 3000, "seed": 1}, "progress": False,
                 "tracking": {"enabled": False}, **METHODS[method]})
             t1 = time.perf_counter()
             res = train(tcfg)
             wall = time.perf_counter() - t1
-            ckpt = res.checkpoint / ("policy" if tcfg.policy == "shared" else "act")
-            run = {"eval": evaluate(ckpt, held_out, in_dist, eval_seeds), "wall_s": wall,
+            per_role = tcfg.policy == "per_role"
+            ckpt = res.checkpoint / ("act" if per_role else "policy")
+            run = {"eval": evaluate(ckpt, held_out, in_dist, eval_seeds,
+                                    res.checkpoint / "rehearse" if per_role else None), "wall_s": wall,
                    "train_reward_first": res.history[0]["reward/mean"], "train_reward_last": res.history[-1]["reward/mean"],
                    "groups_with_variance": statistics.mean(h["reward/groups_with_variance"] for h in res.history)}
             report["runs"][f"{method}_s{seed}"] = run
@@ -124,6 +137,18 @@ def print_table(report: dict) -> None:
               f"{e['in_dist']['t1_reward']:9.3f} {(e.get('fidelity') or {}).get('exact_match') or 0:6.3f} {run['wall_s']:6.0f}")
     print(f"(baseline = the sft row, measured in the same run; eval-seed spread of SFT T=1 in-dist success: "
           f"{min(base['in_dist']['t1_success_per_seed']):.3f}–{max(base['in_dist']['t1_success_per_seed']):.3f})")
+    print("\nper method, mean ± std over RL seeds, change vs SFT:")
+    for method in dict.fromkeys(n.rsplit("_s", 1)[0] for n in report["runs"] if n != "sft"):
+        runs = [r for n, r in report["runs"].items() if n.rsplit("_s", 1)[0] == method]
+        parts = []
+        for split in ("held_out", "in_dist"):
+            for key in ("greedy_success", "t1_success", "t1_reward"):
+                xs = [r["eval"][split][key] for r in runs]
+                sd = statistics.pstdev(xs) if len(xs) > 1 else 0.0
+                parts.append(f"{split}.{key} {statistics.mean(xs) - base[split][key]:+.3f}±{sd:.3f}")
+        fid = [(r["eval"].get("fidelity") or {}).get("exact_match") or 0.0 for r in runs]
+        parts.append(f"fid.exact {statistics.mean(fid):.3f}")
+        print(f"  {method} (n={len(runs)}, wall {statistics.mean(r['wall_s'] for r in runs):.0f} s/run): " + "; ".join(parts))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -68,10 +69,13 @@ def _with_temperature(cfg: RolloutConfig, temperature: float) -> RolloutConfig:
     return cfg.model_copy(update={"act": SamplingConfig(**{**cfg.act.model_dump(), "temperature": temperature})})
 
 
-def evaluate_world(engine: GenerationEngine, tasks: list[Task], rollout: RolloutConfig, *, k: int = 1,
+def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], tasks: list[Task], rollout: RolloutConfig, *, k: int = 1,
                    seeds: list[int] = (0,), temperature: float | None = None, with_fidelity: bool = True,
                    tts_n: int = 1, tts_mode: str = "parallel") -> dict[str, Any]:
-    """Evaluate `engine` on `tasks`; returns mean and per-seed scores (and fidelity)."""
+    """Evaluate `engine` on `tasks`; returns mean and per-seed scores (and fidelity). `engine` may be
+    `{Role.ACT: e1, Role.REHEARSE: e2}` (the per-role-policy ablation; not with test-time rehearsal)."""
+    if isinstance(engine, Mapping) and tts_n > 1:
+        raise ValueError("test-time rehearsal (tts_n > 1) needs one shared engine, not a per-role mapping")
     from envace.worlds.environment import WorldEnvironment
 
     cfg = rollout if temperature is None else _with_temperature(rollout, temperature)

@@ -14,7 +14,8 @@ What is kept from Qwen3 (so prompts built for the tiny model look like the ones 
 Departures from Qwen3: no `<think>` handling at all (`enable_thinking` is accepted and ignored, and
 earlier assistant turns are not stripped of reasoning), the tool-call JSON is written with `tojson` for
 the name too (identical for ordinary names, and valid JSON for odd ones), and the boilerplate is shorter
-(the tiny model pays for every prompt token). `envace.toolcall.render_tool_call` writes exactly the same
+(the tiny model pays for every prompt token); the one-line-signature variant keeps only `# Tools` and
+the `<tools>` tags. `envace.toolcall.render_tool_call` writes exactly the same
 block text as this template.
 """
 
@@ -23,6 +24,10 @@ from __future__ import annotations
 TOOLS_HEADER = "# Tools\n\nYou may call these functions:\n<tools>"
 TOOLS_FOOTER = ("\n</tools>\n\nTo call one, answer with:\n<tool_call>\n"
                 '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+# The signature (tiny-model) variant drops the answer-format sentence: the model learns the call format
+# from SFT, and the sentence was ~45 of the ~160 system-prompt tokens every Act prompt carries.
+COMPACT_TOOLS_HEADER = "# Tools\n<tools>"
+COMPACT_TOOLS_FOOTER = "\n</tools>"
 
 # Whitespace control (`{%-`, `-%}`) keeps the Jinja source readable without leaking newlines.
 _JSON_TOOLS = "{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}"
@@ -42,7 +47,7 @@ _SIGNATURE_TOOLS = (
     "{%- endfor -%}"
 )
 
-_TEMPLATE = (
+_TEMPLATE_SRC = (
     "{%- set ns = namespace(start=0) -%}"
     "{%- if tools -%}"
     "{{- '<|im_start|>system\\n' -}}"
@@ -50,9 +55,9 @@ _TEMPLATE = (
     "{%- set ns.start = 1 -%}"
     "{{- messages[0].content + '\\n\\n' -}}"
     "{%- endif -%}"
-    "{{- " + repr(TOOLS_HEADER) + " -}}"
+    "__HEADER__"
     "__TOOLS__"
-    "{{- " + repr(TOOLS_FOOTER) + " + '<|im_end|>\\n' -}}"
+    "__FOOTER__"
     "{%- endif -%}"
     "{%- for message in messages[ns.start:] -%}"
     "{%- if message.content is string -%}{%- set content = message.content -%}"
@@ -79,8 +84,15 @@ _TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
 
-CHAT_TEMPLATE = _TEMPLATE.replace("__TOOLS__", _JSON_TOOLS)
+
+
+def _template(header: str, tools: str, footer: str) -> str:
+    return (_TEMPLATE_SRC.replace("__HEADER__", "{{- " + repr(header) + " -}}").replace("__TOOLS__", tools)
+            .replace("__FOOTER__", "{{- " + repr(footer) + " + '<|im_end|>\\n' -}}"))
+
+
+CHAT_TEMPLATE = _template(TOOLS_HEADER, _JSON_TOOLS, TOOLS_FOOTER)
 # The embedded default: tools as one-line signatures instead of JSON schemas. Departure from Qwen3,
 # which prints the full JSON: that block was ~75 % of every Act prompt of the tool world (~400 tokens).
-CHAT_TEMPLATE_COMPACT = _TEMPLATE.replace("__TOOLS__", _SIGNATURE_TOOLS)
+CHAT_TEMPLATE_COMPACT = _template(COMPACT_TOOLS_HEADER, _SIGNATURE_TOOLS, COMPACT_TOOLS_FOOTER)
 TEMPLATES = {"json": CHAT_TEMPLATE, "signature": CHAT_TEMPLATE_COMPACT}

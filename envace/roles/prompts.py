@@ -56,9 +56,9 @@ arguments, reuse its result, adapting only what the new arguments change.
 Errors use the same block with the object {{"error_tool_call": {{"code": "<CODE>", "message": "<what is wrong>"}}}}."""
 
 COMPACT_SYSTEM_PROMPT = (
-    f"Simulate the tool. Bad call: {_FMT}; unlisted tool: {_NAME}; bad args: {_PARAMS}, "
+    f"Simulate the tool. Errors: {_FMT}, {_NAME}, {_PARAMS} "
     'as {"error_tool_call":{"code","message"}}.\n'
-    f"Else reuse similar few-shot results. Reply only {RESULT_OPEN} JSON {RESULT_CLOSE}."
+    f"Else reuse the few-shot results. Reply only {RESULT_OPEN} JSON {RESULT_CLOSE}"
 )
 
 _PROMPTS: dict[str, str] = {"full": FULL_SYSTEM_PROMPT, "compact": COMPACT_SYSTEM_PROMPT}

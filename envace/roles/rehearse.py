@@ -3,8 +3,9 @@
 As in the reference code, Rehearse is a *separate chat*, not a continuation of the Act context: a
 simulator system prompt (envace.roles.prompts) and one user message whose sections are the sample's
 candidate tools, few-shot (name, arguments, response) triples from the task's reference conversation,
-the conversation transcript, the raw latest Act output and the one call to simulate. One Rehearse
-generation per tool call.
+the conversation transcript, the raw latest Act output and the one call to simulate (the `compact`
+style for the tiny model keeps only the same-tool few-shot and the call; see `rehearse_user_prompt`).
+One Rehearse generation per tool call.
 
 Output parsing is strict and never raises: after a leading `<think>` section, the text must be exactly one
 `<execution_result>` … `</execution_result>` block (surrounding whitespace and a trailing end-of-turn
@@ -87,12 +88,21 @@ def transcript(history: list[Message]) -> str:
 
 def rehearse_user_prompt(task: Task, history: list[Message], latest_act_text: str, call: ToolCall, *,
                          few_shot: bool, style: str = "full") -> str:
-    """The Rehearse user message: the five sections, joined by blank lines. The compact style writes
-    schemas as one-line signatures (`name(arg: type) - description`) instead of JSON."""
+    """The Rehearse user message.
+
+    `full`: the reference's five sections (whitelist, few-shot, transcript, latest Act output, current
+    call), schemas as JSON, joined by blank lines.
+    `compact` (the tiny embedded model): two sections only — the few-shot triples of the SAME tool
+    (the "similar" results the simulator is told to reuse) and the current call with its one-line
+    signature (or `<unavailable>` for an unlisted tool). Departure from the reference: the whitelist,
+    the transcript and the latest Act output are left out; in the tool world they add ~60 % of the
+    prompt tokens and nothing a response depends on that the same-tool few-shot does not already hold.
+    """
     compact = style == "compact"
     render = render_signature if compact else _json_line
-    tools = "\n".join(render(t) for t in task.tools)
     triples = few_shot_triples(task) if few_shot else []
+    if compact:
+        triples = [t for t in triples if t[0] == call.name]
     shots = "\n".join(_json_line({"name": n, "arguments": a, "response": r}) for n, a, r in triples) or UNAVAILABLE
     schema = schema_of(task.tools, call.name)
     current = "\n".join([
@@ -100,13 +110,17 @@ def rehearse_user_prompt(task: Task, history: list[Message], latest_act_text: st
         f"schema: {render(schema) if schema is not None else UNAVAILABLE}",
         f"arguments: {_json_line(call.arguments)}",
     ])
-    sections = [
-        (SEC_TOOLS, tools or UNAVAILABLE),
-        (SEC_FEW_SHOT, shots),
-        (SEC_HISTORY, transcript(history) or UNAVAILABLE),
-        (SEC_LATEST, latest_act_text),
-        (SEC_CURRENT, current),
-    ]
+    if compact:
+        sections = [(SEC_FEW_SHOT, shots), (SEC_CURRENT, current)]
+    else:
+        tools = "\n".join(render(t) for t in task.tools)
+        sections = [
+            (SEC_TOOLS, tools or UNAVAILABLE),
+            (SEC_FEW_SHOT, shots),
+            (SEC_HISTORY, transcript(history) or UNAVAILABLE),
+            (SEC_LATEST, latest_act_text),
+            (SEC_CURRENT, current),
+        ]
     return "\n\n".join(f"{head}\n{body}" for head, body in sections)
 
 

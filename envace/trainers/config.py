@@ -97,7 +97,9 @@ class SFTConfig(BaseConfig):
     model: str = Field(..., description="Model dir to start from (e.g. the output of `envace model init`).")
     out_dir: str = Field("runs/sft", description="Output dir; the final model is saved in <out_dir>/model.")
     data: DataConfig = Field(default_factory=DataConfig, description="Demonstration tasks.")
-    act_fraction: float = Field(0.6, ge=0, le=1, description="Share of Act samples in each batch (rest Rehearse).")
+    act_fraction: float = Field(0.5, ge=0, le=1, description="Probability that a batch is Act samples (else Rehearse).")
+    pack_act: bool = Field(True, description="One Act sample per task: the whole gold conversation, loss on "
+                                             "every assistant message (else one sample per message).")
     batch_size: int = Field(16, ge=1, description="Sequences per step.")
     steps: int | None = Field(None, ge=1, description="Optimizer steps (None: run for time_budget_s).")
     time_budget_s: float = Field(240.0, gt=0, description="Wall-clock budget when steps is None.")

@@ -2,10 +2,13 @@
 before RL.
 
 Act samples: every assistant message of a task's gold conversation, prompted with the chat template and
-the task's tools exactly as the rollout prompts Act. Rehearse samples: every gold tool call, prompted
+the task's tools exactly as the rollout prompts Act; by default all of a task's Act targets are packed
+into one sequence (the whole conversation, loss on every assistant message), which gives each target
+the same context at a fraction of the tokens. Rehearse samples: every gold tool call, prompted
 with the Rehearse simulator chat exactly as the rollout prompts it, with the environment's TRUE response
 wrapped as `<execution_result>` as the target. Loss only on target tokens (including the end-of-turn
-token, so the model learns to stop). Cosine learning rate with warm-up; runs for a step count or a
+token, so the model learns to stop). Each batch holds one role (Act with probability act_fraction), so
+short Rehearse sequences are not padded to long Act ones. Cosine learning rate with warm-up; runs for a step count or a
 wall-clock budget.
 """
 
@@ -32,9 +35,19 @@ END = "<|im_end|>"
 
 @dataclass
 class Sample:
+    """One training sequence: token ids and, per position, whether it is a target (carries loss)."""
+
     role: Role
-    prompt_ids: list[int]
-    target_ids: list[int]
+    ids: list[int]
+    is_target: list[bool]
+
+    @classmethod
+    def of(cls, role: Role, prompt_ids: list[int], target_ids: list[int]) -> Sample:
+        return cls(role, prompt_ids + target_ids, [False] * len(prompt_ids) + [True] * len(target_ids))
+
+    @property
+    def n_target(self) -> int:
+        return sum(self.is_target)
 
 
 def _chat_text(tokenizer, messages: list[Message], tools, add_generation_prompt: bool) -> str:
@@ -42,7 +55,9 @@ def _chat_text(tokenizer, messages: list[Message], tools, add_generation_prompt:
                                          add_generation_prompt=add_generation_prompt, tokenize=False)
 
 
-def act_samples(task: Task, tokenizer) -> list[Sample]:
+def _act_targets(task: Task, tokenizer) -> list[tuple[int, str, str]]:
+    """(message index, prompt text, target text) for every assistant message of the gold conversation.
+    The target runs to the end-of-turn token inclusive, so the model learns to stop."""
     out = []
     msgs = task.messages
     for i, m in enumerate(msgs):
@@ -55,9 +70,44 @@ def act_samples(task: Task, tokenizer) -> list[Sample]:
                              f"of the conversation (task {task.uuid}, message {i}); SFT targets need that")
         target = full_text[len(prompt_text):]
         target = target[: target.index(END) + len(END)] if END in target else target + (tokenizer.eos_token or "")
-        out.append(Sample(Role.ACT, act_prompt_ids(tokenizer, msgs[:i], task.tools),
-                          tokenizer.encode(target, add_special_tokens=False)))
+        out.append((i, prompt_text, target))
     return out
+
+
+def act_samples(task: Task, tokenizer) -> list[Sample]:
+    """One sample per assistant message: the Act prompt exactly as the rollout builds it, then the
+    gold message. The reference form that `packed_act_sample` must reproduce."""
+    return [Sample.of(Role.ACT, act_prompt_ids(tokenizer, task.messages[:i], task.tools),
+                      tokenizer.encode(target, add_special_tokens=False))
+            for i, _, target in _act_targets(task, tokenizer)]
+
+
+def packed_act_sample(task: Task, tokenizer) -> Sample | None:
+    """All Act targets of a task in ONE sequence: the whole gold conversation with loss on every
+    assistant message. Each target token sees exactly the context its per-message sample gives it
+    (causal attention; every prompt is a prefix of the conversation), at ~1/n of the tokens for n
+    assistant messages. None when a later prompt is not a prefix of the rendered conversation (e.g. a
+    template that rewrites earlier turns) or the pieces tokenize differently from the whole prompt;
+    callers then fall back to `act_samples`."""
+    targets = _act_targets(task, tokenizer)
+    if not targets:
+        return None
+    ids: list[int] = []
+    is_target: list[bool] = []
+    text = ""
+    for i, prompt_text, target in targets:
+        if not prompt_text.startswith(text):
+            return None
+        ctx = tokenizer.encode(prompt_text[len(text):], add_special_tokens=False)
+        ids += ctx
+        is_target += [False] * len(ctx)
+        if ids != act_prompt_ids(tokenizer, task.messages[:i], task.tools):
+            return None
+        tgt = tokenizer.encode(target, add_special_tokens=False)
+        ids += tgt
+        is_target += [True] * len(tgt)
+        text = prompt_text + target
+    return Sample(Role.ACT, ids, is_target)
 
 
 def rehearse_samples(task: Task, tokenizer, *, few_shot: bool, style: str) -> list[Sample]:
@@ -76,32 +126,41 @@ def rehearse_samples(task: Task, tokenizer, *, few_shot: bool, style: str) -> li
                 continue
             chat = rehearse_messages(task, msgs[:i], act_text, call, few_shot=few_shot, style=style)
             target = render_execution_result(obj) + END
-            out.append(Sample(Role.REHEARSE, rehearse_prompt_ids(tokenizer, chat),
-                              tokenizer.encode(target, add_special_tokens=False)))
+            out.append(Sample.of(Role.REHEARSE, rehearse_prompt_ids(tokenizer, chat),
+                                 tokenizer.encode(target, add_special_tokens=False)))
     return out
 
 
 def build_samples(tasks: list[Task], tokenizer, cfg: SFTConfig) -> tuple[list[Sample], list[Sample]]:
     acts, rehs = [], []
     for t in tasks:
-        acts += act_samples(t, tokenizer)
+        packed = packed_act_sample(t, tokenizer) if cfg.pack_act else None
+        acts += [packed] if packed is not None else act_samples(t, tokenizer)
         rehs += rehearse_samples(t, tokenizer, few_shot=cfg.few_shot, style=cfg.rehearse_style)
-    keep = lambda s: len(s.prompt_ids) + len(s.target_ids) <= cfg.max_len  # noqa: E731
+    keep = lambda s: len(s.ids) <= cfg.max_len  # noqa: E731
     return [s for s in acts if keep(s)], [s for s in rehs if keep(s)]
 
 
 def collate(batch: list[Sample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded input ids, attention mask and labels (-100 outside targets)."""
-    length = max(len(s.prompt_ids) + len(s.target_ids) for s in batch)
+    length = max(len(s.ids) for s in batch)
     ids = torch.full((len(batch), length), pad_id, dtype=torch.long)
     att = torch.zeros((len(batch), length), dtype=torch.long)
     labels = torch.full((len(batch), length), -100, dtype=torch.long)
     for i, s in enumerate(batch):
-        seq = s.prompt_ids + s.target_ids
-        ids[i, : len(seq)] = torch.tensor(seq)
-        att[i, : len(seq)] = 1
-        labels[i, len(s.prompt_ids): len(seq)] = torch.tensor(s.target_ids)
+        seq = torch.tensor(s.ids)
+        ids[i, : len(s.ids)] = seq
+        att[i, : len(s.ids)] = 1
+        mask = torch.tensor(s.is_target)
+        labels[i, : len(s.ids)] = torch.where(mask, seq, torch.full_like(seq, -100))
     return ids, att, labels
+
+
+def draw_batch(acts: list[Sample], rehs: list[Sample], cfg: SFTConfig, rng: random.Random) -> list[Sample]:
+    """One role per batch (Act with probability `act_fraction`): the two roles' sequences differ in
+    length, and a mixed batch pads the short ones to the long ones."""
+    pool = acts if (not rehs or (acts and rng.random() < cfg.act_fraction)) else rehs
+    return [rng.choice(pool) for _ in range(cfg.batch_size)]
 
 
 def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
@@ -145,9 +204,7 @@ def sft(cfg: SFTConfig) -> dict:
                 break
             if step == 20:
                 total = max(cfg.warmup_steps + 1, int(cfg.time_budget_s / (elapsed / 20)))
-        n_act = sum(1 for _ in range(cfg.batch_size) if rng.random() < cfg.act_fraction) if rehs else cfg.batch_size
-        n_act = n_act if acts else 0
-        batch = [rng.choice(acts) for _ in range(n_act)] + [rng.choice(rehs) for _ in range(cfg.batch_size - n_act)]
+        batch = draw_batch(acts, rehs, cfg, rng)
         ids, att, labels = (t.to(device) for t in collate(batch, tok.pad_token_id))
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, cfg)

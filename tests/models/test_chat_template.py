@@ -97,7 +97,7 @@ def test_signature_template_prints_tools_as_render_signature():
     prompt does (envace.toolcall.render_signature), keeping Qwen3's surrounding layout."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    from envace.models.chat_template import CHAT_TEMPLATE_COMPACT, TOOLS_FOOTER, TOOLS_HEADER
+    from envace.models.chat_template import CHAT_TEMPLATE_COMPACT
     from envace.toolcall import render_signature, tool_schema
 
     tools = [tool_schema("get_stock", {"item": {"type": "string"}}, description="Stock of an item."),
@@ -107,7 +107,7 @@ def test_signature_template_prints_tools_as_render_signature():
         add_generation_prompt=True)
     assert render_signature(tools[0]) == "get_stock(item: string) - Stock of an item."
     assert render_signature(tools[1]) == "add(a: integer, b: integer)"
-    expected = ("<|im_start|>system\nS\n\n" + TOOLS_HEADER + "\nget_stock(item: string) - Stock of an item."
-                "\nadd(a: integer, b: integer)" + TOOLS_FOOTER + "<|im_end|>\n"
+    expected = ("<|im_start|>system\nS\n\n# Tools\n<tools>\nget_stock(item: string) - Stock of an item."
+                "\nadd(a: integer, b: integer)\n</tools><|im_end|>\n"
                 "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n")
     assert out == expected

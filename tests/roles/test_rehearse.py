@@ -26,7 +26,7 @@ from envace.types import ErrorCode, Message, Role, Task, ToolCall
 LATEST = '<think>check apples</think>\n<tool_call>\n{"name": "get_stock", "arguments": {"item": "apple"}}\n</tool_call>'
 
 
-def _sections(user: str) -> dict[str, str]:
+def _sections(user: str, expected: tuple[str, ...] = SECTIONS) -> dict[str, str]:
     """Split the user message back into {header: body}, checking order and blank-line joins."""
     blocks = user.split("\n\n")
     out: dict[str, str] = {}
@@ -38,8 +38,11 @@ def _sections(user: str) -> dict[str, str]:
             out[head] = body
         else:  # a body that itself holds a blank line
             out[current] += "\n\n" + block
-    assert list(out) == list(SECTIONS)
+    assert list(out) == list(expected)
     return out
+
+
+COMPACT_SECTIONS = ("Previous tool calls and results (few-shot):", "Current tool to simulate:")
 
 
 def test_few_shot_triples_pair_calls_with_following_tool_messages(task):
@@ -93,9 +96,27 @@ def test_rehearse_messages_without_few_shot(task):
     call = ToolCall("get_stock", {"item": "apple"})
     msgs = rehearse_messages(task, task.messages[:2], LATEST, call, few_shot=False, style="compact")
     assert msgs[0]["content"] == COMPACT_SYSTEM_PROMPT
-    sec = _sections(msgs[1]["content"])
+    sec = _sections(msgs[1]["content"], COMPACT_SECTIONS)
     assert sec["Previous tool calls and results (few-shot):"] == "<unavailable>"
     assert '"stock": 5' not in msgs[1]["content"]  # no gold response leaks
+
+
+def test_compact_style_keeps_same_tool_few_shot_and_the_call(task):
+    """The tiny model's prompt: only the few-shot triples of the called tool, then the call with its
+    one-line signature; no whitelist, transcript or latest Act output."""
+    msgs = rehearse_messages(task, task.messages[:2], LATEST, ToolCall("add_stock", {"item": "pear", "qty": 2}),
+                             few_shot=True, style="compact")
+    sec = _sections(msgs[1]["content"], COMPACT_SECTIONS)
+    shots = [json.loads(line) for line in sec["Previous tool calls and results (few-shot):"].split("\n")]
+    assert shots == [{"name": "add_stock", "arguments": {"item": "apple", "qty": 3},
+                      "response": {"item": "apple", "stock": 8}}]
+    name, schema, args = sec["Current tool to simulate:"].split("\n")
+    assert (name, args) == ("name: add_stock", 'arguments: {"item": "pear", "qty": 2}')
+    assert schema.startswith("schema: add_stock(")
+    assert "How many apples" not in msgs[1]["content"] and "think" not in msgs[1]["content"]
+    other = rehearse_messages(task, [], "", ToolCall("ghost", {}), few_shot=True, style="compact")
+    assert _sections(other[1]["content"], COMPACT_SECTIONS)["Previous tool calls and results (few-shot):"] \
+        == "<unavailable>"
 
 
 def test_few_shot_unavailable_when_the_task_has_no_calls():

@@ -1,0 +1,117 @@
+"""`envace sft`: packed Act samples are exactly the per-message samples (same tokens, same context,
+same losses), batches hold one role, and training lowers the loss on both roles' targets."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from envace.models.loading import load_policy
+from envace.trainers.config import DataConfig, SFTConfig
+from envace.trainers.sft import Sample, act_samples, build_samples, collate, draw_batch, packed_act_sample, sft
+from envace.types import Role
+from envace.worlds.generator import generate_tasks
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return generate_tasks(18, "train", 3)  # every (domain, shape) once: single-, multi-call and two-turn
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    return load_policy(tiny_model_dir)[1]
+
+
+def test_packed_sample_holds_every_per_message_sample_at_its_position(tasks, tok):
+    multi = 0
+    for task in tasks:
+        packed = packed_act_sample(task, tok)
+        assert packed is not None, task.uuid
+        singles = act_samples(task, tok)
+        multi += len(singles) > 1
+        expected_targets = set()
+        for s in singles:
+            n_prompt = s.is_target.index(True)
+            assert packed.ids[: len(s.ids)] == s.ids  # the prompt and the target, at the same positions
+            expected_targets |= set(range(n_prompt, len(s.ids)))
+        assert {i for i, t in enumerate(packed.is_target) if t} == expected_targets
+        assert len(packed.ids) == len(singles[-1].ids)  # the last message ends the conversation
+    assert multi >= 12  # most shapes have several assistant messages
+
+
+def test_packed_and_per_message_losses_agree(tasks, tiny_model_dir, tok):
+    """Same context for every target token: the model's per-token losses are equal."""
+    model, _ = load_policy(tiny_model_dir)
+    model.eval()
+
+    def token_losses(sample: Sample) -> list[float]:
+        ids, att, labels = collate([sample], tok.pad_token_id)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=att).logits[0, :-1]
+        lab = labels[0, 1:]
+        keep = lab != -100
+        return torch.nn.functional.cross_entropy(logits[keep], lab[keep], reduction="none").tolist()
+
+    for task in tasks[:6]:
+        packed = token_losses(packed_act_sample(task, tok))
+        singles = [x for s in act_samples(task, tok) for x in token_losses(s)]
+        assert packed == pytest.approx(singles, abs=1e-4)
+
+
+def test_build_samples_packs_or_not(tasks, tok):
+    packed, rehs = build_samples(tasks, tok, SFTConfig(model="m"))
+    single, rehs2 = build_samples(tasks, tok, SFTConfig(model="m", pack_act=False))
+    assert len(packed) == len(tasks)
+    assert len(single) == sum(len(act_samples(t, tok)) for t in tasks)
+    assert sum(s.n_target for s in packed) == sum(s.n_target for s in single)
+    assert sum(len(s.ids) for s in packed) < 0.7 * sum(len(s.ids) for s in single)
+    assert len(rehs) == len(rehs2) == sum(len(m.tool_calls) for t in tasks for m in t.messages)
+    assert all(s.role is Role.REHEARSE for s in rehs)
+
+
+def test_collate_labels_only_targets():
+    s = Sample(Role.ACT, [5, 6, 7, 8], [False, True, False, True])
+    ids, att, labels = collate([s, Sample.of(Role.REHEARSE, [9], [3])], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7, 8], [9, 3, 0, 0]]
+    assert att.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert labels.tolist() == [[-100, 6, -100, 8], [-100, 3, -100, -100]]
+
+
+def test_batches_hold_one_role_at_the_configured_rate():
+    acts = [Sample.of(Role.ACT, [1], [2])]
+    rehs = [Sample.of(Role.REHEARSE, [1], [2])]
+    cfg = SFTConfig(model="m", act_fraction=0.25, batch_size=4)
+    rng = random.Random(0)
+    batches = [draw_batch(acts, rehs, cfg, rng) for _ in range(2000)]
+    assert all(len({s.role for s in b}) == 1 and len(b) == 4 for b in batches)
+    share = sum(b[0].role is Role.ACT for b in batches) / len(batches)
+    assert 0.21 < share < 0.29
+    assert {s.role for s in draw_batch(acts, [], cfg, rng)} == {Role.ACT}
+    assert {s.role for s in draw_batch([], rehs, cfg, rng)} == {Role.REHEARSE}
+
+
+def test_sft_lowers_both_roles_target_loss(tiny_model_dir, tmp_path, tok):
+    held = generate_tasks(9, "val", 0)
+    acts, rehs = build_samples(held, tok, SFTConfig(model="m"))
+
+    def mean_loss(model_dir) -> dict[str, float]:
+        model, _ = load_policy(model_dir)
+        model.eval()
+        out = {}
+        for name, samples in (("act", acts), ("rehearse", rehs)):
+            ids, att, labels = collate(samples, tok.pad_token_id)
+            with torch.no_grad():
+                logits = model(input_ids=ids, attention_mask=att).logits[:, :-1]
+            out[name] = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                          labels[:, 1:].reshape(-1), ignore_index=-100).item()
+        return out
+
+    before = mean_loss(tiny_model_dir)
+    summary = sft(SFTConfig(model=str(tiny_model_dir), out_dir=str(tmp_path / "sft"), steps=40, batch_size=8,
+                            lr=3e-3, warmup_steps=5, progress=False, data=DataConfig(n_tasks=60, seed=0)))
+    after = mean_loss(summary["model_dir"])
+    assert summary["steps"] == 40
+    assert after["act"] < before["act"] - 1.0 and after["rehearse"] < before["rehearse"] - 1.0, (before, after)
