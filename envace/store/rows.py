@@ -1,8 +1,11 @@
-"""Conversion of `envace.types.Trajectory` objects into plain row dicts for the store's tables.
+"""Conversion of `envace.types.Trajectory` objects into rows of the store's tables, in storage form.
 
 A `Bundle` is one trajectory with its turns, checklist items and fidelity pairs: the writer commits a
 bundle all-or-nothing. Conversion happens on the caller's thread, so the rows are a snapshot: the
-trainer may mutate or free its trajectories right after `put` returns.
+trainer may mutate or free its trajectories right after `put` returns. Rows are already what the
+database stores (enum values, JSON text, child rows as tuples in column order), so ingest.py hands them
+to the driver without SQLAlchemy's per-row type processing; conversion is the larger half of the
+writer's CPU time, hence the inlined fast paths for the common case (ASCII text, finite floats).
 
 Stored turns are the policy's generations (`Trajectory.turns`) with, before the first generation of each
 user turn, a USER row holding that user message (from the task), so the dashboard can show the whole
@@ -23,40 +26,61 @@ from typing import Any
 
 from envace.store.models import ROLE_BITS, TrajectoryMode, utcnow
 from envace.tracking.fidelity import parse_rehearsed, score_parsed
-from envace.types import Observation, Role, ToolCall, Trajectory, Turn
+from envace.types import Mode, Observation, Role, TerminationReason, ToolCall, Trajectory, Turn
 
 
-@dataclass
+# Column order of the child rows (their table's columns after `trajectory_id`, which ingest.py prepends
+# once the parent's id is known; ingest.py checks the order against the tables).
+TURN_COLUMNS = ("turn_index", "role", "user_turn", "text", "tool_calls", "parse_error", "call", "observation",
+                "real_observation", "n_tokens", "logprob_mean", "logprob_min", "temperature", "advantage",
+                "trainable")
+ITEM_COLUMNS = ("position", "user_turn", "item_id", "weight", "passed", "question")
+PAIR_COLUMNS = ("turn_index", "tool_name", "call", "rehearsed_text", "rehearsed", "real", "exact_match",
+                "json_valid", "schema_ok", "field_f1")
+
+
+@dataclass(slots=True)
 class Bundle:
-    """`trajectory` holds Python values (it is inserted through SQLAlchemy); the child rows are already
-    in storage form (enum values as strings, JSON columns as `JsonText`) for the driver-level bulk insert."""
+    """Rows in storage form, ready for a driver-level bulk insert: enum values as strings, JSON columns as
+    JSON text; `trajectory` is a dict keyed by column name (`created_at` a datetime: its storage form is
+    the dialect's), the children are tuples in `TURN_COLUMNS` / `ITEM_COLUMNS` / `PAIR_COLUMNS` order."""
 
     trajectory: dict[str, Any]
-    turns: list[dict[str, Any]] = field(default_factory=list)
-    items: list[dict[str, Any]] = field(default_factory=list)
-    pairs: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[tuple] = field(default_factory=list)
+    items: list[tuple] = field(default_factory=list)
+    pairs: list[tuple] = field(default_factory=list)
+    _key: tuple | None = None
 
     def key(self) -> tuple:
-        t = self.trajectory
-        return (t["run_id"], t["step"], t["mode"].value, t["prompt_index"], t["sample_index"], t["split"])
+        """The natural key (run, step, mode, prompt_index, sample_index, split)."""
+        if self._key is None:
+            t = self.trajectory
+            self._key = (t["run_id"], t["step"], t["mode"], t["prompt_index"], t["sample_index"], t["split"])
+        return self._key
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
-try:  # orjson (a dependency of prefect and dvc-data) encodes 5-10x faster; NaN/inf become null in both
+_std_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+
+try:  # orjson (a dependency of prefect and dvc-data) encodes 5-10x faster
     import orjson
 
-    def _encode(v: Any) -> str:
-        return orjson.dumps(v).decode()
-
+    _dumps = orjson.dumps  # -> UTF-8 bytes
     _ENCODE_ERRORS: tuple = (TypeError, ValueError, RecursionError, orjson.JSONEncodeError)
 except ImportError:  # pragma: no cover
-    _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+    def _dumps(v: Any) -> bytes:
+        return _std_encode(v).encode("utf-8", "surrogatepass")
+
     _ENCODE_ERRORS = (TypeError, ValueError, RecursionError)
 
 
-class JsonText(str):
-    """Strict JSON text, already serialised for a JSON column (the bulk insert passes it through)."""
+def _encode(v: Any) -> str:
+    """JSON text of an already cleaned value; json takes what orjson cannot (integers beyond 64 bits)."""
+    try:
+        return _dumps(v).decode()
+    except _ENCODE_ERRORS:
+        return _std_encode(v)
 
 
 def clean_text(s: Any) -> str:
@@ -99,25 +123,19 @@ def _clean_json(v: Any, depth: int = 0) -> Any:
     return clean_text(str(v))
 
 
-def json_text(v: Any) -> JsonText | None:
+def json_text(v: Any) -> str | None:
     """`v` serialised as strict JSON (no NaN/inf, NUL or lone surrogates; non-JSON objects as strings).
     One C-speed encode in the common case; the cleaning walk only runs when that encode fails or shows a
     bad character."""
     if v is None:
         return None
     try:
-        text = _encode(v)
+        text = _dumps(v).decode()
     except _ENCODE_ERRORS:  # NaN (stdlib), surrogates (orjson), non-JSON objects, non-str keys
-        return JsonText(_encode(_clean_json(v)))
+        return _encode(_clean_json(v))
     if "\\u0000" in text or (not text.isascii() and _SURROGATE.search(text)):
-        return JsonText(_encode(_clean_json(v)))
-    return JsonText(text)
-
-
-def jsonable(v: Any) -> Any:
-    """`v` as a strict-JSON Python value (for columns written through SQLAlchemy)."""
-    text = json_text(v)
-    return None if text is None else json.loads(text)
+        return _encode(_clean_json(v))
+    return text
 
 
 def call_dict(c: ToolCall | None) -> dict[str, Any] | None:
@@ -129,11 +147,15 @@ def call_dict(c: ToolCall | None) -> dict[str, Any] | None:
     return out
 
 
+def _value(e: Any) -> Any:
+    """An enum member's value (`_value_`: the `.value` property is a Python-level descriptor, ~10x slower)."""
+    return None if e is None else e._value_
+
+
 def obs_dict(o: Observation | None) -> dict[str, Any] | None:
     if o is None:
         return None
-    return {"content": o.content, "source": o.source.value if o.source else None,
-            "error": o.error.value if o.error else None, "detail": o.detail}
+    return {"content": o.content, "source": _value(o.source), "error": _value(o.error), "detail": o.detail}
 
 
 def real_value(o: Observation) -> Any:
@@ -157,27 +179,53 @@ def _logprob_stats(lps: list[float]) -> tuple[float | None, float | None]:
     return (sum(ok) / len(ok), min(ok)) if ok else (None, None)
 
 
-def _turn_row(t: Turn, index: int) -> dict[str, Any]:
-    lp_mean, lp_min = _logprob_stats(t.logprobs)
-    return {
-        "turn_index": index, "role": t.role.value, "user_turn": int(t.user_turn), "text": clean_text(t.text),
-        "tool_calls": json_text([call_dict(c) for c in t.tool_calls]) if t.tool_calls else None,
-        "parse_error": t.parse_error.value if t.parse_error else None, "call": json_text(call_dict(t.call)),
-        "observation": json_text(obs_dict(t.observation)), "real_observation": json_text(obs_dict(t.real_observation)),
-        "n_tokens": len(t.response_ids), "logprob_mean": lp_mean, "logprob_min": lp_min,
-        "temperature": clean_float(t.temperature),
-        "advantage": clean_float(t.advantage), "trainable": bool(t.trainable),
-    }
+def _text(s: Any) -> str:
+    """`clean_text` with the common case (plain ASCII without NUL) inlined."""
+    if type(s) is str and s.isascii() and "\x00" not in s:
+        return s
+    return clean_text(s)
 
 
-def _user_row(text: str, user_turn: int, index: int) -> dict[str, Any]:
-    return {"turn_index": index, "role": Role.USER.value, "user_turn": user_turn, "text": clean_text(text),
-            "tool_calls": None, "parse_error": None, "call": None, "observation": None,
-            "real_observation": None, "n_tokens": 0, "logprob_mean": None, "logprob_min": None,
-            "temperature": None, "advantage": None, "trainable": False}
+def _float(x: Any) -> float | None:
+    """`clean_float` with the common case (a finite float) inlined."""
+    if type(x) is float and math.isfinite(x):
+        return x
+    return clean_float(x)
 
 
-def _items(breakdown: dict[str, Any]) -> list[dict[str, Any]]:
+_isfinite = math.isfinite
+_USER = Role.USER.value
+
+
+def _turn_row(t: Turn, index: int) -> tuple:
+    """A TurnRow in TURN_COLUMNS order (without trajectory_id)."""
+    lps = t.logprobs
+    if lps and type(lps) is list:  # fast path: finite floats (what every engine produces)
+        try:
+            lp_mean, lp_min = sum(lps) / len(lps), min(lps)
+            if not (_isfinite(lp_mean) and _isfinite(lp_min) and type(lp_mean) is float and type(lp_min) is float):
+                lp_mean, lp_min = _logprob_stats(lps)
+        except TypeError:
+            lp_mean, lp_min = _logprob_stats(lps)
+    else:
+        lp_mean, lp_min = _logprob_stats(lps)
+    calls = t.tool_calls
+    call, obs, real = t.call, t.observation, t.real_observation
+    return (index, t.role._value_, int(t.user_turn), _text(t.text),
+            json_text([call_dict(c) for c in calls]) if calls else None,
+            None if t.parse_error is None else t.parse_error._value_,
+            None if call is None else json_text(call_dict(call)),
+            None if obs is None else json_text(obs_dict(obs)),
+            None if real is None else json_text(obs_dict(real)),
+            len(t.response_ids), lp_mean, lp_min, _float(t.temperature),
+            None if t.advantage is None else _float(t.advantage), bool(t.trainable))
+
+
+def _user_row(text: str, user_turn: int, index: int) -> tuple:
+    return (index, _USER, user_turn, _text(text), None, None, None, None, None, 0, None, None, None, None, False)
+
+
+def _items(breakdown: dict[str, Any]) -> list[tuple]:
     raw = breakdown.get("items") if isinstance(breakdown, dict) else None
     if not isinstance(raw, list):
         return []
@@ -187,11 +235,9 @@ def _items(breakdown: dict[str, Any]) -> list[dict[str, Any]]:
             raise ValueError(f"reward_breakdown['items'][{pos}] is {type(it).__name__}, expected a dict with "
                              f"user_turn, item_id, weight, passed, question")
         passed = it.get("passed")
-        out.append({"position": pos, "user_turn": int(it.get("user_turn") or 0),
-                    "item_id": clean_text(it.get("item_id", it.get("id", ""))),
-                    "weight": clean_float(it.get("weight", 1.0)) or 0.0,
-                    "passed": None if passed is None else bool(passed),
-                    "question": clean_text(it.get("question", ""))})
+        out.append((pos, int(it.get("user_turn") or 0), _text(it.get("item_id", it.get("id", ""))),
+                    clean_float(it.get("weight", 1.0)) or 0.0, None if passed is None else bool(passed),
+                    _text(it.get("question", ""))))
     return out
 
 
@@ -202,42 +248,61 @@ def role_mask(roles: Iterable[Role]) -> int:
     return mask
 
 
+def _enum_value(v: Any, cls: type, name: str, optional: bool = False) -> str | None:
+    if v is None and optional:
+        return None
+    if isinstance(v, cls):
+        return v._value_
+    try:
+        return cls(v)._value_
+    except ValueError:
+        raise ValueError(f"Trajectory.{name}={v!r} is not one of {[m.value for m in cls]}") from None
+
+
 def to_bundle(traj: Trajectory, run_id: str, step: int, mode: TrajectoryMode, split: str,
               now: datetime | None = None) -> Bundle:
     """Rows of one trajectory. Raises ValueError naming the field when the record itself is malformed."""
     if not isinstance(traj, Trajectory):
         raise TypeError(f"TrajectoryWriter.put expects envace.types.Trajectory objects, got {type(traj).__name__}")
-    user_texts = traj.task.user_turns if traj.task is not None else []
-    turns: list[dict[str, Any]] = []
-    pairs: list[dict[str, Any]] = []
+    task = traj.task
+    user_texts = task.user_turns if task is not None else []
+    n_users = len(user_texts)
+    turns: list[tuple] = []
+    pairs: list[tuple] = []
     seen_user: set[int] = set()
+    mask = 0
+    n_calls = 0
     for t in traj.turns:
-        if t.user_turn not in seen_user and 0 <= t.user_turn < len(user_texts):
-            seen_user.add(t.user_turn)
-            turns.append(_user_row(user_texts[t.user_turn], t.user_turn, len(turns)))
+        u = t.user_turn
+        if u not in seen_user and 0 <= u < n_users:
+            seen_user.add(u)
+            turns.append(_user_row(user_texts[u], u, len(turns)))
         index = len(turns)
         turns.append(_turn_row(t, index))
+        mask |= ROLE_BITS.get(t.role, 0)
+        n_calls += len(t.tool_calls)
         if t.role is Role.REHEARSE and t.call is not None and t.real_observation is not None:
             real = real_value(t.real_observation)
             valid, rehearsed = parse_rehearsed(t.text)
-            scores = score_parsed(valid, rehearsed, real)
-            pairs.append({"turn_index": index, "tool_name": clean_text(t.call.name),
-                          "call": json_text(call_dict(t.call)),
-                          "rehearsed_text": clean_text(t.text), "rehearsed": json_text(rehearsed),
-                          "real": json_text(real), **scores})
+            sc = score_parsed(valid, rehearsed, real)
+            pairs.append((index, _text(t.call.name), json_text(call_dict(t.call)), _text(t.text),
+                          json_text(rehearsed), json_text(real), sc["exact_match"], sc["json_valid"],
+                          sc["schema_ok"], sc["field_f1"]))
+    if seen_user:
+        mask |= ROLE_BITS[Role.USER]
     breakdown = traj.reward_breakdown if isinstance(traj.reward_breakdown, dict) else {}
     rest = {k: v for k, v in breakdown.items() if k != "items"}
     row = {
         "run_id": run_id, "step": int(step), "split": split,
-        "prompt_id": clean_text(traj.task.uuid if traj.task is not None else ""),
+        "prompt_id": _text(task.uuid if task is not None else ""),
         "prompt_index": int(traj.prompt_index), "sample_index": int(traj.sample_index),
-        "mode": mode, "rollout_mode": traj.mode,
-        "domain": clean_text(traj.task.domain if traj.task is not None else ""),
-        "reward": clean_float(traj.reward), "termination": traj.termination,
-        "n_turns": len(traj.turns), "n_tool_calls": sum(len(t.tool_calls) for t in traj.turns),
-        "env_calls": int(traj.env_calls),
-        "role_mask": role_mask([t.role for t in traj.turns] + [Role.USER] * bool(seen_user)),
-        "reward_breakdown": jsonable(rest) if rest else None,
+        "mode": _enum_value(mode, TrajectoryMode, "mode"),
+        "rollout_mode": _enum_value(traj.mode, Mode, "mode"),
+        "domain": _text(task.domain if task is not None else ""),
+        "reward": _float(traj.reward),
+        "termination": _enum_value(traj.termination, TerminationReason, "termination", optional=True),
+        "n_turns": len(traj.turns), "n_tool_calls": n_calls, "env_calls": int(traj.env_calls),
+        "role_mask": mask, "reward_breakdown": json_text(rest) if rest else None,
         "created_at": now or utcnow(),
     }
     return Bundle(row, turns, _items(breakdown), pairs)

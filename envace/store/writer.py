@@ -4,6 +4,9 @@ The trainer calls `put(trajectories, step, mode, split)` (the rows are converted
 a snapshot), `flush()` at every checkpoint (blocks until everything put so far is committed) and
 `close()` at the end. A background thread commits bundles in transactions of `batch_size` trajectories,
 or whatever is pending after `max_delay` seconds of quiet, so the dashboard sees a step within a second.
+Large transactions matter for bulk ingest: every commit rewrites the index pages its rows touch, and
+the reward / prompt indexes take rows all over; 1024 trajectories per commit ingest a million turns
+~15 % faster than 256 (bench/store_bench.py). A training step smaller than that commits on the quiet.
 
 Guarantees:
 - a trajectory commits together with all its turns, items and pairs (one transaction per batch), so a
@@ -30,7 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from envace.store.ingest import insert_bundles, is_transient
-from envace.store.models import TrajectoryMode, TrajectoryRow
+from envace.store.models import TrajectoryMode, TrajectoryRow, utcnow
 from envace.store.rows import Bundle, to_bundle
 from envace.store.runs import RunInfo, ensure_run, register_run
 from envace.store.session import make_engine, upgrade
@@ -47,7 +50,7 @@ _STOP = object()
 class TrajectoryWriter:
     """Write trajectories of one run to the store at `url` (a path or SQLAlchemy URL)."""
 
-    def __init__(self, url: str | Path | URL, run_id: str, *, batch_size: int = 256, run: RunInfo | None = None,
+    def __init__(self, url: str | Path | URL, run_id: str, *, batch_size: int = 1024, run: RunInfo | None = None,
                  create_schema: bool = True, max_delay: float = 1.0, queue_size: int = 64,
                  max_retries: int = 8) -> None:
         if batch_size < 1:
@@ -84,7 +87,8 @@ class TrajectoryWriter:
             mode = TrajectoryMode(mode)
         except ValueError:
             raise ValueError(f"mode {mode!r} is not one of {[m.value for m in TrajectoryMode]}") from None
-        bundles = [to_bundle(t, self.run_id, step, mode, split) for t in trajectories]
+        now = utcnow()  # one created_at per put: the step's trajectories were stored together
+        bundles = [to_bundle(t, self.run_id, step, mode, split, now) for t in trajectories]
         if bundles:
             self._enqueue(bundles)
         return len(bundles)

@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover
     orjson = None
 
 _RESULT_RE = re.compile(r"<execution_result>(.*?)</execution_result>", re.DOTALL)
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
 
 
 class FidelityScores(TypedDict):
@@ -48,6 +49,13 @@ def parse_rehearsed(text: Any) -> tuple[bool, Any]:
     body = (m.group(1) if m else text).strip()
     if not body:
         return False, None
+    # orjson: C-speed. Where it refuses (NaN, 1e400, lone surrogates, depth) json decides; integers of 19+
+    # digits go to json too (orjson reads those beyond 64 bits as floats)
+    if orjson is not None and not _LONG_DIGITS.search(body):
+        try:
+            return True, orjson.loads(body)
+        except (ValueError, RecursionError):
+            pass
     try:
         return True, json.loads(body)
     except (ValueError, RecursionError):
@@ -56,6 +64,11 @@ def parse_rehearsed(text: Any) -> tuple[bool, Any]:
 
 def _scalar(v: Any) -> tuple:
     """Canonical leaf value: numbers compare by value (1 == 1.0), bools stay distinct from numbers."""
+    t = type(v)  # exact-type fast paths for what parsed JSON holds; subclasses take the isinstance chain
+    if t is str:
+        return ("s", v)
+    if t is int or t is float:
+        return ("n", float(v))
     if isinstance(v, bool):
         return ("b", v)
     if isinstance(v, (int, float)):
@@ -76,20 +89,30 @@ def leaves(value: Any) -> dict[tuple, int]:
     indices (int), so two values are equal as JSON exactly when their leaf multisets are equal."""
     out: dict[tuple, int] = {}
     stack: list[tuple[tuple, Any]] = [((), value)]
+    pop, push = stack.pop, stack.append
     while stack:
-        path, v = stack.pop()
-        if isinstance(v, dict) and v:
-            stack.extend(((*path, str(k)), x) for k, x in v.items())
-        elif isinstance(v, (list, tuple)) and v:
-            stack.extend(((*path, i), x) for i, x in enumerate(v))
-        else:
-            leaf = (path, _scalar(v))
-            out[leaf] = out.get(leaf, 0) + 1
+        path, v = pop()
+        if isinstance(v, dict):
+            if v:
+                for k, x in v.items():
+                    push(((*path, k if type(k) is str else str(k)), x))
+                continue
+        elif isinstance(v, (list, tuple)):
+            if v:
+                for i, x in enumerate(v):
+                    push(((*path, i), x))
+                continue
+        leaf = (path, _scalar(v))
+        out[leaf] = out.get(leaf, 0) + 1
     return out
 
 
 def _f1(p: dict[tuple, int], g: dict[tuple, int]) -> float:
-    tp = sum(min(n, g[k]) for k, n in p.items() if k in g)
+    tp = 0
+    for k, n in p.items():
+        m = g.get(k)
+        if m is not None:
+            tp += n if n < m else m
     if tp == 0:
         return 0.0
     precision, recall = tp / sum(p.values()), tp / sum(g.values())
@@ -101,6 +124,11 @@ def field_f1(pred: Any, gold: Any) -> float:
 
 
 def shape_of(v: Any) -> Any:
+    t = type(v)  # exact-type fast paths, as in _scalar
+    if t is str:
+        return "string"
+    if t is int or t is float:
+        return "number"
     if isinstance(v, bool):
         return "boolean"
     if isinstance(v, (int, float)):
@@ -110,9 +138,9 @@ def shape_of(v: Any) -> Any:
     if v is None:
         return "null"
     if isinstance(v, dict):
-        return ("object", frozenset((str(k), shape_of(x)) for k, x in v.items()))
+        return ("object", frozenset([(k if type(k) is str else str(k), shape_of(x)) for k, x in v.items()]))
     if isinstance(v, (list, tuple)):
-        return ("array", frozenset(shape_of(x) for x in v))
+        return ("array", frozenset([shape_of(x) for x in v]))
     return ("other", type(v).__name__)
 
 

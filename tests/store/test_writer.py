@@ -113,6 +113,34 @@ def test_a_rewrite_with_other_content_never_mixes_turns(store_url):
     assert [t.text for t in rec.turns if t.role is not Role.USER] == [t.text for t in first.turns]
 
 
+def test_a_key_repeated_within_one_batch_is_stored_once_with_its_first_children(store_url):
+    first = synthetic_trajectory(0, 0, 0, 0, n_gen=3)
+    second = synthetic_trajectory(0, 0, 0, 0, n_gen=7)  # same key, other content
+    with TrajectoryWriter(store_url, "run-k", max_delay=3600) as w:  # both reach one transaction
+        w.put([first], step=0)
+        w.put([second, synthetic_trajectory(0, 0, 1, 0, n_gen=3)], step=0)
+    assert (w.n_inserted, w.n_skipped) == (2, 1)
+    with read_only_session(store_url) as s:
+        items = list_trajectories(s, sort="step").items
+        rec = get_trajectory(s, next(x.id for x in items if x.prompt_index == 0))
+    assert len(items) == 2 and rec.summary.n_turns == 3
+    assert [t.text for t in rec.turns if t.role is not Role.USER] == [t.text for t in first.turns]
+
+
+def test_integers_beyond_64_bits_in_model_output_are_stored(store_url):
+    traj = hand_trajectory()
+    big = 123456789012345678901234567890
+    traj.turns[1].text = f'<execution_result>{{"id": "7", "n": {big}}}</execution_result>'
+    traj.turns[1].observation = Observation({"id": "7", "n": big}, Role.REHEARSE)
+    with TrajectoryWriter(store_url, "run-i") as w:
+        w.put([traj], step=0)
+    with read_only_session(store_url) as s:
+        rec = get_trajectory(s, list_trajectories(s).items[0].id)
+    assert rec.turns[2].observation["content"]["n"] == big
+    (pair,) = rec.fidelity_pairs
+    assert pair.rehearsed == {"id": "7", "n": big} and pair.json_valid and not pair.exact_match
+
+
 def test_untrusted_content_is_cleaned(store_url):
     traj = hand_trajectory()
     traj.turns[0].text = "null\x00byte"
