@@ -68,7 +68,8 @@ def test_context_limit_is_checked_before_generating(tokenizer, tasks, kit):
 def test_context_limit_applies_to_rehearse_prompts(tokenizer, tasks, kit):
     task = tasks[1]
     first_prompt = act_prompt_ids(tokenizer, task.messages[:2], task.tools)
-    cfg = _cfg(max_context_tokens=len(first_prompt) + 60)  # Act fits; the longer Rehearse chat does not
+    # Act fits; the longer (full-style) Rehearse chat does not
+    cfg = _cfg(max_context_tokens=len(first_prompt) + 60, rehearse_style="full")
     traj, engine = _run(tokenizer, kit, [task], [kit.call_text("get_stock", item="pear")], cfg,
                         mode=Mode.REHEARSE, rehearse=None)
     assert traj.termination is TerminationReason.CONTEXT_LIMIT

@@ -74,7 +74,7 @@ def test_all_episodes_of_a_phase_share_one_batched_call(tokenizer, tasks, kit, h
 def test_every_call_of_one_act_output_is_rehearsed_in_the_same_batch(tokenizer, tasks, kit):
     two_calls = kit.call_text("get_stock", item="apple") + "\n" + kit.call_text("get_stock", item="pear")
     engine = kit.ScriptedEngine(tokenizer, act=[two_calls, "ok"], rehearse=kit.stock_result)
-    (traj,) = run_rollout(tasks[1:], k=1, policy=engine, cfg=_cfg(), mode=Mode.REHEARSE)
+    (traj,) = run_rollout(tasks[1:], k=1, policy=engine, cfg=_cfg(rehearse_style="full"), mode=Mode.REHEARSE)
     assert engine.roles_per_batch() == [[A], [R, R], [A]]
     assert [t.call.arguments["item"] for t in traj.turns_of(R)] == ["apple", "pear"]
     tools = [json.loads(m.content)["item"] for m in traj.messages if m.role == "tool"]
