@@ -57,7 +57,8 @@ def evaluate(model_dir: Path, held_out, in_dist, eval_seeds: list[int], rehearse
                      "t1_success": s["success"], "t1_reward": s["reward"],
                      "t1_success_per_seed": s["success_per_seed"], "t1_reward_per_seed": s["reward_per_seed"]}
         if "fidelity" in g:
-            out["fidelity"] = {k: g["fidelity"].get(k) for k in ("pairs", "json_valid", "schema_ok", "exact_match", "field_f1")}
+            out["fidelity"] = {k: g["fidelity"].get(k) for k in ("pairs", "json_valid", "schema_ok", "exact_match", "field_f1",
+                                                               "determined_pairs", "determined_exact_match")}
     return out
 
 

@@ -21,6 +21,7 @@ from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.base import GenerationEngine
 from envace.rewards.env_reward import env_state_reward
 from envace.rewards.rule_judge import score_rule
+from envace.roles.rehearse import few_shot_triples
 from envace.rollout import run_rollout
 from envace.tracking.fidelity import aggregate_by_tool, fidelity_metrics
 from envace.types import ErrorCode, Mode, Role, Task, Trajectory
@@ -50,19 +51,30 @@ def score_episodes(trajs: list[Trajectory]) -> dict[str, Any]:
             "per_domain": {d: {k: _mean(v) for k, v in m.items()} for d, m in sorted(per_domain.items())}}
 
 
-def fidelity(trajs: list[Trajectory]) -> dict[str, Any]:
-    """Rehearsed vs real responses for every Rehearse turn that has a shadow real observation."""
-    pairs = []
+def fidelity(trajs: list[Trajectory], few_shot: bool = True) -> dict[str, Any]:
+    """Rehearsed vs real responses for every Rehearse turn that has a shadow real observation.
+
+    `determined_*`: the same over the calls whose response the Rehearse prompt determines — with
+    few-shot on, a call identical (name and arguments) to one of the task's reference calls, whose
+    response the prompt shows. Other calls (wrong arguments, extra calls) have no determinable
+    response at this scale, so their exact match measures guessing, not rehearsal."""
+    pairs, determined = [], []
     for t in trajs:
+        known = [(n, a) for n, a, _ in few_shot_triples(t.task)] if few_shot else []
         for u in t.turns_of(Role.REHEARSE):
             if u.real_observation is None or u.call is None:
                 continue
-            pairs.append((u.call.name, fidelity_metrics(u.text, u.real_observation.content)))
+            m = fidelity_metrics(u.text, u.real_observation.content)
+            pairs.append((u.call.name, m))
+            if (u.call.name, u.call.arguments) in known:
+                determined.append(m)
     if not pairs:
         return {"pairs": 0}
-    overall = {k: _mean([float(p[k]) for _, p in pairs]) for k in ("json_valid", "schema_ok", "exact_match", "field_f1")}
+    keys = ("json_valid", "schema_ok", "exact_match", "field_f1")
+    overall = {k: _mean([float(p[k]) for _, p in pairs]) for k in keys}
+    det = {f"determined_{k}": _mean([float(p[k]) for p in determined]) for k in keys}
     per_tool = {name: asdict(v) for name, v in aggregate_by_tool(pairs).items()}
-    return {"pairs": len(pairs), **overall, "per_tool": per_tool}
+    return {"pairs": len(pairs), **overall, "determined_pairs": len(determined), **det, "per_tool": per_tool}
 
 
 def _with_temperature(cfg: RolloutConfig, temperature: float) -> RolloutConfig:
@@ -106,7 +118,7 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
         "tts": {"n": tts_n, "mode": tts_mode},
     }
     if with_fidelity:
-        out["fidelity"] = fidelity(fid_trajs)
+        out["fidelity"] = fidelity(fid_trajs, few_shot=cfg.few_shot)
     return out
 
 
