@@ -72,8 +72,13 @@ def eval_metrics(results: dict[str, Any]) -> dict[str, float]:
         for dom, vals in world["per_domain"].items():
             for k, v in vals.items():
                 m[f"world/{dom}/{k}"] = float(v)
-        per_tool = (world.get("fidelity") or {}).get("per_tool") or {}
+        fid = world.get("fidelity") or {}
+        per_tool = fid.get("per_tool") or {}
         m.update(fidelity_metric_dict({t: ToolFidelity(**v) for t, v in per_tool.items()}))
+        if fid.get("determined_pairs"):
+            for k in ("json_valid", "schema_ok", "exact_match", "field_f1"):
+                m[f"fidelity/determined/{k}"] = float(fid[f"determined_{k}"])
+            m["fidelity/determined/n"] = float(fid["determined_pairs"])
     return m
 
 

@@ -16,6 +16,11 @@ def test_eval_metrics_flatten_world_and_fidelity_per_tool():
     # pooled over pairs: (3 * 2/3 + 1 * 0) / 4
     assert abs(m["fidelity/all/exact_match"] - 0.5) < 1e-12
     assert m["fidelity/all/n"] == 4.0
+    assert not any(k.startswith("fidelity/determined/") for k in m)
+    results["world"]["fidelity"].update({"determined_pairs": 2, "determined_json_valid": 1.0, "determined_schema_ok": 1.0,
+                                         "determined_exact_match": 0.5, "determined_field_f1": 0.75})
+    m = eval_metrics(results)
+    assert m["fidelity/determined/exact_match"] == 0.5 and m["fidelity/determined/n"] == 2.0
 
 
 def test_checkpoint_dirs_resolve_to_their_policy_model(tmp_path):
