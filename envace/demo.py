@@ -165,17 +165,19 @@ def _table(summary: dict[str, Any]) -> list[dict[str, Any]]:
                      "t1_success": s["success"], "t1_success_seed_std": s["success_seed_std"], "t1_reward": s["reward"],
                      "tool_call_validity": g["tool_call_validity"],
                      "fidelity_exact": g.get("fidelity", {}).get("exact_match", 0.0),
+                     "fidelity_exact_determined": g.get("fidelity", {}).get("determined_exact_match", 0.0),
                      "fidelity_json_valid": g.get("fidelity", {}).get("json_valid", 0.0)})
     return rows
 
 
 def _print_table(rows: list[dict[str, Any]], tts: list[dict[str, Any]]) -> None:
     print("\nHeld-out test tasks, real environment:")
-    print(f"{'model':10} {'greedy succ':>11} {'greedy rew':>10} {'T=1 succ':>12} {'T=1 rew':>8} {'valid':>6} {'fid.exact':>9}")
+    print(f"{'model':10} {'greedy succ':>11} {'greedy rew':>10} {'T=1 succ':>12} {'T=1 rew':>8} {'valid':>6} {'fid.exact':>9} "
+          f"{'fid.exact(determined)':>21}")
     for r in rows:
         print(f"{r['model']:10} {r['greedy_success']:11.3f} {r['greedy_reward']:10.3f} "
               f"{r['t1_success']:7.3f}±{r['t1_success_seed_std']:.3f} {r['t1_reward']:8.3f} "
-              f"{r['tool_call_validity']:6.2f} {r['fidelity_exact']:9.3f}")
+              f"{r['tool_call_validity']:6.2f} {r['fidelity_exact']:9.3f} {r['fidelity_exact_determined']:21.3f}")
     print("\nTest-time rehearsal (EnvACE checkpoint):")
     for r in tts:
         print(f"  N={r['n']} {r['mode']:10} success {r['success']:.3f} reward {r['reward']:.3f}")
