@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -234,6 +235,22 @@ def test_discard_after_drops_later_steps_with_their_children(store_url):
     want = [*first[0], *first[1], *rerun]
     assert counts["turns"] == sum(stored_turns(t) for t in want)  # no orphaned turns of steps 2-3
     assert counts["reward_items"] == 2 * len(want)
+
+
+def test_rows_commit_within_max_delay_while_puts_keep_coming(tmp_path):
+    """A step every few ms never leaves the writer `max_delay` of quiet: the oldest pending row decides."""
+    db = tmp_path / "s.db"
+    seen, step = 0, 0
+    with TrajectoryWriter(db, "run-t", max_delay=0.5, batch_size=10**6) as w:
+        deadline = time.monotonic() + 60
+        while seen == 0 and time.monotonic() < deadline:
+            w.put([synthetic_trajectory(0, step, 0, 0, n_gen=3)], step=step)
+            step += 1
+            time.sleep(0.005)
+            if step % 20 == 0:
+                with read_only_session(db) as s:
+                    seen = list_trajectories(s).total
+        assert seen > 0  # committed while the puts went on, before any flush or close
 
 
 def test_a_forgotten_close_still_commits_at_exit(tmp_path, run_python):
