@@ -1,11 +1,18 @@
 """`envace eval`: one checkpoint on the tool world and/or the benchmarks, optionally with test-time
 rehearsal; results written as JSON beside the model (or to `out_dir`) and, when tracking is on, to one
-MLflow run (metrics + the JSON as an artifact)."""
+MLflow run (metrics + the JSON as an artifact) and to the trajectory store.
+
+Store: one run of kind `eval` (at `tracking.store_url`, default `<out>/store.db`, as for training) holds
+the tool-world trajectories with mode `eval`: step = the evaluation seed, split = the task split for the
+scored episodes and `<split>-fidelity` for the rehearse-mode fidelity pass, keys (prompt, sample) from
+the rollout. Written by the same `TrajectoryWriter` as training, so a re-put key is a no-op.
+"""
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -37,26 +44,78 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     model, tok = load_policy(model_dir, device=device)
     results: dict[str, Any] = {"model": str(model_dir)}
     engine = HFEngine(model, tok, device=device)
-    if "world" in cfg.benchmarks:
-        tasks = load_tasks(cfg.data, split=cfg.split, n=cfg.n_tasks)
-        results["world"] = evaluate_world(engine, tasks, cfg.rollout, k=cfg.k, seeds=cfg.seeds,
-                                          with_fidelity=cfg.fidelity, tts_n=cfg.tts_n, tts_mode=cfg.tts_mode)
-    others = [b for b in cfg.benchmarks if b != "world"]
-    if others:
-        from envace.benchmarks.run import run_benchmarks
-        from envace.engines.chat_model import HFChatPolicy, LocalChatModel
-
-        policy = HFChatPolicy(LocalChatModel(engine, name=model_dir.name))
-        results["benchmarks"] = run_benchmarks(others, policy, limit=cfg.bench_limit, k=cfg.k, seed=cfg.seeds[0],
-                                               tts_n=cfg.tts_n, tts_mode=cfg.tts_mode)
-    results["wall_s"] = time.perf_counter() - t0
     out = Path(cfg.out_dir) if cfg.out_dir else model_dir.parent / f"eval_{model_dir.name}"
     out.mkdir(parents=True, exist_ok=True)
+    store = _EvalStore(cfg, model_dir, out) if cfg.tracking.enabled and "world" in cfg.benchmarks else None
+    try:
+        if "world" in cfg.benchmarks:
+            tasks = load_tasks(cfg.data, split=cfg.split, n=cfg.n_tasks)
+            results["world"] = evaluate_world(engine, tasks, cfg.rollout, k=cfg.k, seeds=cfg.seeds,
+                                              with_fidelity=cfg.fidelity, tts_n=cfg.tts_n, tts_mode=cfg.tts_mode,
+                                              on_trajectories=store.put if store else None)
+        others = [b for b in cfg.benchmarks if b != "world"]
+        if others:
+            from envace.benchmarks.run import run_benchmarks
+            from envace.engines.chat_model import HFChatPolicy, LocalChatModel
+
+            policy = HFChatPolicy(LocalChatModel(engine, name=model_dir.name))
+            results["benchmarks"] = run_benchmarks(others, policy, limit=cfg.bench_limit, k=cfg.k,
+                                                   seed=cfg.seeds[0], tts_n=cfg.tts_n, tts_mode=cfg.tts_mode)
+    except BaseException:
+        if store is not None:
+            store.close("failed")
+        raise
+    if store is not None:
+        store.close(None)  # committed; finished once MLflow has the run
+        results["store_run_id"] = store.run_id
+    results["wall_s"] = time.perf_counter() - t0
     (out / "eval.json").write_text(json.dumps(results, indent=2, default=str))
     results["written_to"] = str(out / "eval.json")
     if cfg.tracking.enabled:
         results["mlflow_run_id"] = _log_to_mlflow(cfg, results, out)
+        if store is not None:
+            store.finish(results["mlflow_run_id"])
     return results
+
+
+class _EvalStore:
+    """The eval run in the trajectory store: its writer while the evaluation runs, then its status."""
+
+    def __init__(self, cfg: EvalConfig, model_dir: Path, out: Path) -> None:
+        from envace.store.runs import RunInfo
+        from envace.store.writer import TrajectoryWriter
+        from envace.tracking.gitinfo import git_commit
+
+        self.cfg = cfg
+        self.url = cfg.tracking.store_url or str(out / "store.db")
+        self.run_id = uuid.uuid4().hex[:16]
+        self.writer = TrajectoryWriter(self.url, self.run_id, run=RunInfo(
+            id=self.run_id, name=f"eval-{model_dir.name}", kind="eval", config=cfg.model_dump(mode="json"),
+            git_commit=git_commit()))
+
+    def put(self, kind: str, seed: int, trajs: list) -> None:
+        split = self.cfg.split if kind == "env" else f"{self.cfg.split}-{kind}"
+        self.writer.put(trajs, step=seed, mode="eval", split=split)
+
+    def close(self, status: str | None) -> None:
+        try:
+            self.writer.close()
+        finally:
+            if status is not None:
+                self._register(status, None)
+
+    def finish(self, mlflow_run_id: str | None) -> None:
+        self._register("finished", mlflow_run_id)
+
+    def _register(self, status: str, mlflow_run_id: str | None) -> None:
+        from envace.store.runs import RunInfo, register_run
+        from envace.store.session import make_engine
+
+        engine = make_engine(self.url)
+        try:
+            register_run(engine, RunInfo(id=self.run_id, kind="eval", status=status, mlflow_run_id=mlflow_run_id))
+        finally:
+            engine.dispose()
 
 
 def eval_metrics(results: dict[str, Any]) -> dict[str, float]:
@@ -87,8 +146,11 @@ def _log_to_mlflow(cfg: EvalConfig, results: dict[str, Any], out: Path) -> str:
     from envace.trainers.tracking import default_mlflow_uri
 
     uri = cfg.tracking.mlflow_uri or default_mlflow_uri(out)
+    tags = {"envace.kind": "eval"}
+    if results.get("store_run_id"):
+        tags["envace.store_run_id"] = results["store_run_id"]
     with start_run(uri, cfg.tracking.experiment, f"eval-{Path(cfg.model).name}", cfg,
-                   parent_run_id=cfg.tracking.parent_run_id, tags={"envace.kind": "eval"}) as run:
+                   parent_run_id=cfg.tracking.parent_run_id, tags=tags) as run:
         run.log_step_metrics(0, eval_metrics(results))
         run.log_artifact(out / "eval.json", "eval")
         return run.run_id

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -83,9 +83,12 @@ def _with_temperature(cfg: RolloutConfig, temperature: float) -> RolloutConfig:
 
 def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], tasks: list[Task], rollout: RolloutConfig, *, k: int = 1,
                    seeds: list[int] = (0,), temperature: float | None = None, with_fidelity: bool = True,
-                   tts_n: int = 1, tts_mode: str = "parallel") -> dict[str, Any]:
+                   tts_n: int = 1, tts_mode: str = "parallel",
+                   on_trajectories: Callable[[str, int, list[Trajectory]], None] | None = None) -> dict[str, Any]:
     """Evaluate `engine` on `tasks`; returns mean and per-seed scores (and fidelity). `engine` may be
-    `{Role.ACT: e1, Role.REHEARSE: e2}` (the per-role-policy ablation; not with test-time rehearsal)."""
+    `{Role.ACT: e1, Role.REHEARSE: e2}` (the per-role-policy ablation; not with test-time rehearsal).
+    `on_trajectories(pass, seed, trajectories)` sees each seed's scored episodes (pass "env") and its
+    rehearse-mode fidelity pass (pass "fidelity"), e.g. to store them."""
     if isinstance(engine, Mapping) and tts_n > 1:
         raise ValueError("test-time rehearsal (tts_n > 1) needs one shared engine, not a per-role mapping")
     from envace.worlds.environment import WorldEnvironment
@@ -103,9 +106,14 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
             trajs = run_rollout(tasks, k=k, policy=engine, cfg=cfg, mode=Mode.ENV, env_factory=WorldEnvironment,
                                 seed=seed)
         per_seed.append(score_episodes(trajs))
+        if on_trajectories is not None:
+            on_trajectories("env", seed, trajs)
         if with_fidelity:
-            fid_trajs += run_rollout(tasks, k=1, policy=engine, cfg=cfg, mode=Mode.REHEARSE,
-                                     shadow_env_factory=WorldEnvironment, seed=seed)
+            fid = run_rollout(tasks, k=1, policy=engine, cfg=cfg, mode=Mode.REHEARSE,
+                              shadow_env_factory=WorldEnvironment, seed=seed)
+            fid_trajs += fid
+            if on_trajectories is not None:
+                on_trajectories("fidelity", seed, fid)
     out: dict[str, Any] = {
         "success": _mean([s["success"] for s in per_seed]),
         "reward": _mean([s["reward"] for s in per_seed]),
