@@ -19,7 +19,8 @@ the MLflow metrics and the sample artifact (ON). The first step of a run is warm
 Two estimates of the overhead:
 - A/B: mean per-step wall and CPU time (all threads of the process) per arm, ON/OFF - 1 over all steps
   and per run pair. On a shared machine both carry the neighbours' load (a busy sibling hyper-thread
-  slows the CPU time too), which can swing a pair by tens of percent: read the spread over the pairs.
+  slows the CPU time too), which can swing a pair by tens of percent: read the spread over the pairs,
+  and `--aa` (both arms off) measures that noise floor. One untimed warm-up run goes first.
 - Direct: the time spent inside the tracker's calls on the training thread (split by call: store put
   and flush, MLflow metrics, the sample artifact) plus the extra CPU time of the background threads (the
   store writer), per step, as a share of an OFF step. It does not depend on what the rest of the step
@@ -147,6 +148,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--k", type=int, default=2, help="trajectories per prompt")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--aa", action="store_true", help="A/A control: both arms with tracking off; the A/B numbers "
+                    "then show the machine's noise floor")
     ap.add_argument("--dir", default=None, help="work dir (default: a temp dir, removed at the end)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -156,10 +159,12 @@ def main(argv: list[str] | None = None) -> dict:
     embedded.RunTracker = TimedTracker
     try:
         tiny = init_tiny_model(world_corpus(200, seed=0), work / "tiny", TinyModelConfig(seed=0))
+        run_once(tiny, work, 999, False, args)  # warm-up (page cache, torch), not counted
         runs = []
         for p in range(args.pairs):
             for on in ((False, True) if p % 2 == 0 else (True, False)):
-                r = run_once(tiny, work, len(runs), on, args)
+                r = run_once(tiny, work, len(runs), on and not args.aa, args)
+                r["on"] = on
                 runs.append(r)
                 print(f"run {len(runs) - 1} tracking={'ON ' if on else 'OFF'}: per-step wall "
                       + " ".join(f"{x:.2f}" for x in r["wall"]) + f" s, CPU mean {statistics.mean(r['cpu']):.2f} s; "
@@ -173,7 +178,9 @@ def main(argv: list[str] | None = None) -> dict:
     on = [r for r in runs if r["on"]]
     same = all(r["metrics"] == runs[0]["metrics"] for r in runs)
     result: dict = {"pairs": args.pairs, "steps_per_run": args.steps, "save_every": args.save_every,
-                    "prompts": args.prompts, "k": args.k, "identical_training": same}
+                    "prompts": args.prompts, "k": args.k, "identical_training": same, "aa_control": args.aa}
+    if args.aa:
+        print("\nA/A CONTROL: tracking is off in both arms ('ON' below is a second OFF arm)")
     print(f"\nper step ({sum(len(r['wall']) for r in off)} steps per arm; the first step of each run not counted):")
     for what in ("wall", "cpu"):
         m_off = statistics.mean(x for r in off for x in r[what])
