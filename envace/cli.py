@@ -153,11 +153,16 @@ def serve(model_dir: Path, host: str = "127.0.0.1", port: int = 8000):
 
 @app.command()
 def demo(out: Path = typer.Option(Path("runs/demo"), help="Demo output dir."),
-         quick: bool = typer.Option(False, help="A one-minute smoke version.")):
+         quick: bool = typer.Option(False, help="A one-minute smoke version."),
+         overrides: list[str] = typer.Argument(None, help="DemoConfig key=value overrides, e.g. sft_steps=600.")):
     """The full embedded pipeline: world, tiny model, SFT, EnvACE RL, evaluation, TTS and an ablation."""
-    from envace.demo import run_demo
+    from envace.config import load_config
+    from envace.demo import DemoConfig, run_demo
 
-    run_demo(out, quick=quick)
+    if quick and overrides:
+        raise typer.BadParameter("--quick takes no overrides")
+    cfg = None if quick else load_config(DemoConfig, None, overrides or [], out=str(out))
+    run_demo(out, quick=quick, cfg=cfg)
 
 
 @app.command()
