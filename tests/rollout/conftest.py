@@ -62,6 +62,22 @@ def make_task(uuid: str, user_turns: list[str], stock: dict[str, int] | None = N
     return Task(uuid=uuid, tools=TOOLS, messages=msgs, initial_state=dict(stock))
 
 
+@pytest.fixture(scope="session")
+def tiny_engine(tokenizer):
+    """A real random tiny Qwen3ForCausalLM behind the real HF engine (output quality is irrelevant)."""
+    hf = pytest.importorskip("envace.engines.hf")
+    tiny = pytest.importorskip("envace.models.tiny")
+    import torch
+
+    torch.set_num_threads(1)
+    cfg = tiny.TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
+                               intermediate_size=64, max_position=4096, seed=0)
+    pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model = tiny.build_model(tiny.qwen3_config(cfg, len(tokenizer), pad, [eos, pad]), seed=0)
+    return hf.HFEngine(model, tokenizer, device="cpu", max_batch=16)
+
+
 @pytest.fixture
 def tasks() -> list[Task]:
     return [make_task("two-turns", ["How many apples?", "Add 3 apples."]),

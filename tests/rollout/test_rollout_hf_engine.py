@@ -4,26 +4,14 @@ generated from, per-request seeds make the rollout reproducible, and untrusted o
 from __future__ import annotations
 
 import pytest
-import torch
 
 from envace.config import RolloutConfig, SamplingConfig
 from envace.roles.act import act_prompt_ids
 from envace.rollout import run_rollout
 from envace.types import Mode, Role, TerminationReason
 
-hf = pytest.importorskip("envace.engines.hf")
-tiny = pytest.importorskip("envace.models.tiny")
 
 
-@pytest.fixture(scope="module")
-def engine(tokenizer):
-    torch.set_num_threads(1)
-    cfg = tiny.TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
-                               intermediate_size=64, max_position=2048, seed=0)
-    pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    model = tiny.build_model(tiny.qwen3_config(cfg, len(tokenizer), pad, [eos, pad]), seed=0)
-    return hf.HFEngine(model, tokenizer, device="cpu", max_batch=16)
 
 
 CFG = RolloutConfig(act=SamplingConfig(temperature=1.0, max_new_tokens=12),
@@ -35,8 +23,8 @@ def _signature(trajs):
     return [(t.termination, [(turn.role, turn.response_ids) for turn in t.turns]) for t in trajs]
 
 
-def test_rollout_with_a_real_random_model(engine, tokenizer, tasks):
-    trajs = run_rollout(tasks, k=2, policy=engine, cfg=CFG, mode=Mode.REHEARSE, seed=3)
+def test_rollout_with_a_real_random_model(tiny_engine, tokenizer, tasks):
+    trajs = run_rollout(tasks, k=2, policy=tiny_engine, cfg=CFG, mode=Mode.REHEARSE, seed=3)
     assert len(trajs) == 4
     for traj in trajs:
         assert isinstance(traj.termination, TerminationReason)
@@ -47,15 +35,15 @@ def test_rollout_with_a_real_random_model(engine, tokenizer, tasks):
             assert 1 <= len(turn.response_ids) == len(turn.logprobs) <= 12
             assert all(lp <= 0.0 for lp in turn.logprobs)
     # same seeds -> the same rollout, token for token; another seed -> another rollout
-    assert _signature(run_rollout(tasks, k=2, policy=engine, cfg=CFG, mode=Mode.REHEARSE, seed=3)) == _signature(trajs)
-    assert _signature(run_rollout(tasks, k=2, policy=engine, cfg=CFG, mode=Mode.REHEARSE, seed=4)) != _signature(trajs)
+    assert _signature(run_rollout(tasks, k=2, policy=tiny_engine, cfg=CFG, mode=Mode.REHEARSE, seed=3)) == _signature(trajs)
+    assert _signature(run_rollout(tasks, k=2, policy=tiny_engine, cfg=CFG, mode=Mode.REHEARSE, seed=4)) != _signature(trajs)
 
 
-def test_real_model_as_frozen_simulator(engine, tokenizer, tasks, kit):
+def test_real_model_as_frozen_simulator(tiny_engine, tokenizer, tasks, kit):
     """A scripted policy makes valid calls, so the random model's Rehearse output is really parsed."""
     policy = kit.ScriptedEngine(tokenizer, act=[kit.call_text("get_stock", item="apple"), "ok"])
     cfg = RolloutConfig(act=SamplingConfig(max_new_tokens=60), rehearse=CFG.rehearse, max_context_tokens=2048)
-    trajs = run_rollout(tasks, k=2, policy=policy, simulator=engine, cfg=cfg, mode=Mode.SIMULATOR)
+    trajs = run_rollout(tasks, k=2, policy=policy, simulator=tiny_engine, cfg=cfg, mode=Mode.SIMULATOR)
     for traj in trajs:
         reh = traj.turns_of(Role.REHEARSE)
         assert len(reh) == 1 and not reh[0].trainable

@@ -10,7 +10,6 @@ from __future__ import annotations
 import inspect
 
 import pytest
-import torch
 
 from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.base import GenRequest, GenResult
@@ -21,8 +20,6 @@ from envace.rollout.tts import TTSConfig, rehearse_privately, tts_rollout
 from envace.rollout.tts_prompts import ASSESS_MARK, EARLIER_HEADER, MEMORY_HEADER, MEMORY_MARK, memory_note
 from envace.types import Mode, Role
 
-hf = pytest.importorskip("envace.engines.hf")
-tiny = pytest.importorskip("envace.models.tiny")
 
 CFG = RolloutConfig(act=SamplingConfig(temperature=1.0, max_new_tokens=10),
                     rehearse=SamplingConfig(temperature=1.0, max_new_tokens=10),
@@ -64,15 +61,6 @@ class GuardedFactory:
         return env
 
 
-@pytest.fixture(scope="module")
-def tiny_engine(tokenizer):
-    torch.set_num_threads(1)
-    cfg = tiny.TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
-                               intermediate_size=64, max_position=4096, seed=0)
-    pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    model = tiny.build_model(tiny.qwen3_config(cfg, len(tokenizer), pad, [eos, pad]), seed=0)
-    return hf.HFEngine(model, tokenizer, device="cpu", max_batch=16)
 
 
 def _signature(trajs):
