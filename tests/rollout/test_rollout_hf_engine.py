@@ -3,7 +3,6 @@ generated from, per-request seeds make the rollout reproducible, and untrusted o
 
 from __future__ import annotations
 
-
 from envace.config import RolloutConfig, SamplingConfig
 from envace.roles.act import act_prompt_ids
 from envace.rollout import run_rollout
