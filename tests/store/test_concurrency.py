@@ -91,7 +91,8 @@ def test_four_processes_write_one_store_at_once(store_url, run_python):
 
 
 def test_sigkill_mid_ingest_leaves_only_whole_trajectories(store_url, run_python):
-    spec = {"prompts": list(range(4)), "steps": list(range(60)), "samples": 3, "batch": 4}
+    # enough work that the worker cannot finish between its first commit and the kill (~50 ms later)
+    spec = {"prompts": list(range(4)), "steps": list(range(600)), "samples": 3, "batch": 4}
     proc = run_python(WORKER, store_url, "run-k", json.dumps(spec))
     engine = make_engine(store_url)
     deadline = time.monotonic() + 300
