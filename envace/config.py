@@ -43,7 +43,9 @@ class BaseConfig(BaseModel):
     def save_resolved(self, directory: str | Path, name: str = "config.yaml") -> Path:
         path = Path(directory) / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
+        from envace.secrets import mask_secrets  # URL passwords are kept in memory only, never written
+
+        path.write_text(yaml.safe_dump(mask_secrets(self.model_dump(mode="json")), sort_keys=False))
         return path
 
     def digest(self) -> str:

@@ -1,9 +1,15 @@
 """Checkpoints: `step_000123/` directories holding HF model dirs, optimizer state and `meta.json`.
 
-A checkpoint is written into a temporary sibling directory and renamed into place, so a run killed
-mid-save never leaves a half-written `step_*` directory; `latest_checkpoint` only sees complete ones.
-`meta.json` carries the resolved config, the git commit, the step and the RNG state — nanochat's habit
-of keeping a checkpoint's config beside it.
+A checkpoint is written into a temporary sibling directory, its files synced to disk, and renamed into
+place, so a run killed mid-save never leaves a half-written `step_*` directory. `meta.json` carries the
+resolved config (secrets masked: `envace.secrets`), the git commit, the step, and `files`: the size of
+every file of the checkpoint — nanochat's habit of keeping a checkpoint's config beside it, plus a manifest.
+
+A checkpoint can still be damaged after it was written (a full disk, a copy cut short, a storage fault).
+`latest_checkpoint` therefore verifies each candidate, newest first — `meta.json` parses, every file has its
+recorded size, every `*.safetensors` header is whole and `optim.pt`'s zip records pass their CRC — and
+falls back to the newest intact one, warning which it skipped and why. When none is intact it raises
+`CorruptCheckpointError` naming the file.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import json
 import os
 import re
 import shutil
+import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +28,15 @@ import torch
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
 META = "meta.json"
+OPTIM = "optim.pt"
+
+
+class CorruptCheckpointError(ValueError):
+    """A checkpoint file is missing, truncated or unreadable; `path` names the file."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = Path(path), reason
 
 
 @dataclass
@@ -36,9 +53,40 @@ def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and directory under `root` to disk (a rename is only atomic for synced data)."""
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some filesystems cannot open directories; the rename is still atomic there
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _manifest(root: Path) -> dict[str, int]:
+    return {p.relative_to(root).as_posix(): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def save_checkpoint(root: str | Path, step: int, models: dict[str, Any], tokenizer: Any,
                     optimizers: dict[str, torch.optim.Optimizer], meta: dict[str, Any], keep: int = 2) -> Path:
     """Save `models` (name -> HF model) and optimizer states atomically as root/step_XXXXXX."""
+    from envace.secrets import mask_secrets
+
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(step)
@@ -49,41 +97,133 @@ def save_checkpoint(root: str | Path, step: int, models: dict[str, Any], tokeniz
     for name, model in models.items():
         model.save_pretrained(tmp / name, safe_serialization=True)
         tokenizer.save_pretrained(tmp / name)
-    torch.save({name: opt.state_dict() for name, opt in optimizers.items()}, tmp / "optim.pt")
-    (tmp / META).write_text(json.dumps({**meta, "step": step}, indent=2, default=str))
-    if final.exists():  # a re-run of the same step after resume: replace it
-        shutil.rmtree(final)
+    torch.save({name: opt.state_dict() for name, opt in optimizers.items()}, tmp / OPTIM)
+    record = mask_secrets({**meta, "step": step, "files": _manifest(tmp)})
+    (tmp / META).write_text(json.dumps(record, indent=2, default=str))
+    _fsync_tree(tmp)
+    old = None
+    if final.exists():  # a re-run of the same step after resume: move the old one aside, then replace it
+        old = root / f".old_{step_dir_name(step)}_{os.getpid()}"
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
     os.replace(tmp, final)
+    _fsync_dir(root)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     _prune(root, keep)
     return final
 
 
+def _step_dirs(root: Path) -> list[tuple[int, Path]]:
+    """Every `step_*` directory under `root`, oldest first (intact or not)."""
+    if not root.is_dir():
+        return []
+    out = [(int(m.group(1)), d) for d in root.iterdir() if d.is_dir() and (m := STEP_RE.match(d.name))]
+    return sorted(out)
+
+
 def _prune(root: Path, keep: int) -> None:
-    steps = sorted(list_checkpoints(root), key=lambda c: c.step)
-    for ckpt in steps[:-keep]:
-        shutil.rmtree(ckpt.path, ignore_errors=True)
-    for stale in root.glob(".tmp_step_*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    for _step, path in _step_dirs(root)[:-keep]:
+        shutil.rmtree(path, ignore_errors=True)
+    for pattern in (".tmp_step_*", ".old_step_*"):
+        for stale in root.glob(pattern):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _check_safetensors(path: Path) -> None:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            keys = list(f.keys())
+            if keys:  # the last tensor's data reaches the end of the file only when nothing was cut off
+                f.get_slice(keys[-1])
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types; all mean "unreadable"
+        raise CorruptCheckpointError(path, f"unreadable safetensors file ({type(exc).__name__}: {exc})") from None
+
+
+def _check_zip(path: Path) -> None:
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise CorruptCheckpointError(path, f"not a readable torch.save archive ({exc})") from None
+    if bad is not None:
+        raise CorruptCheckpointError(path, f"record {bad} fails its CRC check")
+
+
+def verify_checkpoint(path: str | Path) -> Checkpoint:
+    """The checkpoint at `path` if it is intact; otherwise `CorruptCheckpointError` naming the bad file."""
+    path = Path(path)
+    m = STEP_RE.match(path.name)
+    if m is None:
+        raise CorruptCheckpointError(path, "not a step_XXXXXX checkpoint directory")
+    meta_path = path / META
+    if not meta_path.is_file():
+        raise CorruptCheckpointError(meta_path, "missing")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptCheckpointError(meta_path, f"not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise CorruptCheckpointError(meta_path, f"top level is {type(meta).__name__}, not an object")
+    for rel, size in (meta.get("files") or {}).items():
+        f = path / rel
+        if not f.is_file():
+            raise CorruptCheckpointError(f, "missing (listed in meta.json)")
+        if f.stat().st_size != size:
+            raise CorruptCheckpointError(f, f"{f.stat().st_size} bytes, meta.json recorded {size} (truncated?)")
+    for st in sorted(path.rglob("*.safetensors")):
+        _check_safetensors(st)
+    optim = path / OPTIM
+    if not optim.is_file():
+        raise CorruptCheckpointError(optim, "missing")
+    _check_zip(optim)
+    return Checkpoint(path, int(m.group(1)), meta)
 
 
 def list_checkpoints(root: str | Path) -> list[Checkpoint]:
-    root = Path(root)
+    """The intact checkpoints under `root`, oldest first (damaged ones are left out silently)."""
     out = []
-    if not root.is_dir():
-        return out
-    for d in root.iterdir():
-        m = STEP_RE.match(d.name)
-        if m and (d / META).is_file():
-            out.append(Checkpoint(d, int(m.group(1)), json.loads((d / META).read_text())))
-    return sorted(out, key=lambda c: c.step)
+    for _step, path in _step_dirs(Path(root)):
+        try:
+            out.append(verify_checkpoint(path))
+        except CorruptCheckpointError:
+            continue
+    return out
 
 
 def latest_checkpoint(root: str | Path) -> Checkpoint | None:
-    ckpts = list_checkpoints(root)
-    return ckpts[-1] if ckpts else None
+    """The newest intact checkpoint under `root` (None when there is none at all). A damaged newer one is
+    skipped with a warning naming its file and why; if every one is damaged, `CorruptCheckpointError`."""
+    skipped: list[CorruptCheckpointError] = []
+    for _step, path in reversed(_step_dirs(Path(root))):
+        try:
+            ckpt = verify_checkpoint(path)
+        except CorruptCheckpointError as exc:
+            skipped.append(exc)
+            continue
+        for exc in skipped:
+            warnings.warn(f"skipping damaged checkpoint {exc.path.relative_to(Path(root)).parts[0]}: {exc}; "
+                          f"resuming from {ckpt.path.name} instead", stacklevel=2)
+        return ckpt
+    if skipped:
+        detail = "; ".join(str(e) for e in skipped)
+        raise CorruptCheckpointError(skipped[0].path, f"no intact checkpoint under {root} ({detail}); "
+                                     f"restore a checkpoint there or move {root} away to start from the initial model")
+    return None
 
 
 def load_optimizer_states(ckpt: Checkpoint, optimizers: dict[str, torch.optim.Optimizer]) -> None:
-    states = torch.load(ckpt.path / "optim.pt", map_location="cpu", weights_only=False)
+    path = ckpt.path / OPTIM
+    try:
+        states = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError / zip / pickle errors alike
+        raise CorruptCheckpointError(path, f"cannot load optimizer state ({type(exc).__name__}: {exc})") from None
+    missing = [name for name in optimizers if name not in states]
+    if missing:
+        raise CorruptCheckpointError(path, f"no optimizer state for {missing} (has {sorted(states)}); the checkpoint "
+                                     f"was written with another policy= setting")
     for name, opt in optimizers.items():
         opt.load_state_dict(states[name])

@@ -1,0 +1,92 @@
+"""Secrets never stored or shown: masking of credentials in URLs and configs, and API keys from the environment.
+
+A database or tracking URL may carry a password (`postgresql://user:PASSWORD@host/db`) or a token in its
+query string (`https://host/api?token=...`). The process connects with the real URL, kept in memory only;
+everything written to disk, to MLflow, to the trajectory store, to the dashboard or to a log goes through
+`mask_secrets` first, which keeps the URL readable (`postgresql://user:***@host/db`) but without the secret.
+
+Mapping values under secret-looking keys (`password`, `token`, `api_key`, `secret`, ...) are masked whole;
+a key ending in `_env` names an environment variable (`api_key_env: OPENAI_API_KEY`) and is kept, since it
+is where the key is read from, not the key (`api_key_from_env`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MASK = "***"
+
+# scheme://user:password@  → scheme://user:***@   (the user name stays: it says which account is used)
+_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:@/\s'\"]*):(?P<pw>[^@/\s'\"]+)@")
+_QUERY_KEYS = r"password|passwd|pwd|token|access_token|api_key|apikey|api-key|secret|client_secret|sig|signature"
+_QUERY = re.compile(rf"(?P<head>[?&;](?:{_QUERY_KEYS})=)(?P<val>[^&;#\s'\"]+)", re.IGNORECASE)
+_SECRET_KEY = re.compile(r"(^|[._\-])(password|passwd|secret|token|api_key|apikey|access_key|private_key)$",
+                         re.IGNORECASE)
+
+
+def mask_text(text: str) -> str:
+    """`text` with every URL password and secret query value replaced by `***`."""
+    if "://" not in text and "=" not in text:
+        return text
+    text = _USERINFO.sub(lambda m: f"{m.group('head')}:{MASK}@" if m.group("pw") != MASK else m.group(0), text)
+    return _QUERY.sub(lambda m: m.group("head") + MASK, text)
+
+
+def has_secret(text: str) -> bool:
+    """Whether `text` holds a credential that `mask_text` would hide."""
+    return mask_text(text) != text
+
+
+def is_secret_key(key: str) -> bool:
+    k = str(key)
+    return not k.lower().endswith("_env") and _SECRET_KEY.search(k) is not None
+
+
+def mask_secrets(obj: Any) -> Any:
+    """A copy of `obj` (dicts, lists, tuples, strings; other values as they are) with secrets masked."""
+    if isinstance(obj, str):
+        return mask_text(obj)
+    if isinstance(obj, Mapping):
+        return {k: (MASK if is_secret_key(k) and v not in (None, "") else mask_secrets(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [mask_secrets(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(mask_secrets(v) for v in obj)
+    return obj
+
+
+def api_key_from_env(var: str | None, owner: str = "the endpoint") -> str | None:
+    """The API key held by environment variable `var` (None: no key). Raises naming the variable if unset."""
+    if not var:
+        return None
+    key = os.environ.get(var)
+    if not key:
+        raise RuntimeError(f"environment variable {var} (the API key of {owner}) is not set; "
+                           f"export {var}=<key> or leave api_key_env empty for an endpoint without a key")
+    return key
+
+
+class MaskingFilter(logging.Filter):
+    """A logging filter that masks secrets in the formatted message (attach to handlers)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
+            return True
+        masked = mask_text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+def install_log_masking(logger: logging.Logger | None = None) -> None:
+    """Mask secrets in every record that reaches the handlers of `logger` (default: the root logger)."""
+    target = logger or logging.getLogger()
+    for handler in target.handlers:
+        if not any(isinstance(f, MaskingFilter) for f in handler.filters):
+            handler.addFilter(MaskingFilter())
