@@ -1,12 +1,19 @@
 """Log-prob recomputation for the trainer: the log-probs of given response tokens under the current
-weights, at the temperature each row was sampled with (the convention of `envace.engines.base`:
+weights, at the temperature each token was sampled with (the convention of `envace.engines.base`:
 log_softmax(logits / T) over the full vocabulary, T = 1 for greedy rows).
 
-One forward pass over right-padded `[prompt + response]` rows; right padding with a causal mask leaves
-every real token's positions 0..n-1, exactly as in generation. Gradients flow (this is the loss input);
-wrap the call in `torch.no_grad()` for old / reference log-probs. Logits are kept only from the shortest
-prompt's last position on (`logits_to_keep`), and only response positions go through log_softmax, so a
-large vocabulary costs memory for the response span rather than for whole sequences.
+`token_logprobs` is the one forward: right-padded sequences (P, T) and a flat list of N read positions
+(sequence, position, target token, temperature). The base model runs over whole sequences, but the output
+layer (lm_head) and log_softmax run only on the N gathered final hidden states, so their cost scales with
+the response tokens, not with the padded sequence length. Right padding with a causal mask leaves every
+real token's positions 0..n-1 and its attention on real tokens only, so no attention mask is passed (the
+padded tail computes values that are never read). Several responses may be read from one sequence (the
+packing of `envace.trainers.packing`), each at its own temperature.
+
+The response-only head is used for decoder architectures whose logits are exactly lm_head(final hidden
+state) (`_PLAIN_HEAD_TYPES`); any other model falls back to full logits (`full_logits=True` forces that
+reference path). Gradients flow (this is the loss input); wrap calls in `torch.no_grad()` for old /
+reference log-probs.
 """
 
 from __future__ import annotations
@@ -17,18 +24,62 @@ import torch
 
 from envace.engines.base import logprob_temperature
 
+# model_type values whose CausalLM computes logits as plain lm_head(base(x).last_hidden_state): no
+# soft-capping, logit scale or other post-processing (those would need the full-logits path).
+_PLAIN_HEAD_TYPES = frozenset({"qwen2", "qwen3", "llama", "mistral", "qwen2_moe", "qwen3_moe", "phi3"})
+
+
+def _split_head(model: Any) -> tuple[Any, torch.nn.Linear] | None:
+    """(base model, output layer) when logits are exactly output_layer(base hidden state), else None."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) not in _PLAIN_HEAD_TYPES:
+        return None
+    base = getattr(model, getattr(model, "base_model_prefix", "") or "", None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if base is None or base is model or not isinstance(head, torch.nn.Linear):
+        return None
+    return base, head
+
+
+def token_logprobs(model: Any, ids: torch.Tensor, seq_idx: torch.Tensor, pos_idx: torch.Tensor,
+                   targets: torch.Tensor, temps: torch.Tensor, *, with_entropy: bool = False,
+                   entropy_grad: bool = True,
+                   full_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (N,) of `targets` read at logits position (seq_idx, pos_idx) of right-padded `ids` (P, T).
+
+    The logits at position t predict token t+1, so a response token at position s is read at s - 1.
+    `temps` (N,) are logprob temperatures (> 0). Returns (log-probs, entropy of the full-vocab
+    distribution at T or None), both in the model's dtype promoted to at least float32. With
+    entropy_grad=False the entropy is a detached metric (no (N, V) tensor kept for the backward pass).
+    """
+    split = None if full_logits else _split_head(model)
+    if split is not None:
+        base, head = split
+        hidden = base(input_ids=ids, use_cache=False).last_hidden_state
+        logits = head(hidden[seq_idx, pos_idx])
+    else:
+        logits = model(input_ids=ids, use_cache=False).logits[seq_idx, pos_idx]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    logp_all = torch.log_softmax(logits / temps.to(logits.dtype)[:, None], dim=-1)
+    logp = logp_all.gather(1, targets[:, None]).squeeze(1)
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
 
 def response_logprobs(model: Any, prompts: list[list[int]], responses: list[list[int]],
-                      temperatures: list[float], pad_id: int, *,
-                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probs of `responses` given `prompts`.
+                      temperatures: list[float], pad_id: int, *, with_entropy: bool = False,
+                      full_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs of `responses` given `prompts`, one unpacked row per sequence.
 
     Args: B rows of prompt ids (each non-empty), response ids and sampling temperatures; `pad_id`
-    fills the right padding (its value never matters: padded positions are masked).
+    fills the right padding (its value never matters: padded positions are never read).
     Returns:
-        logprobs (B, L) float32, L = longest response; 0 where mask is 0.
+        logprobs (B, L), L = longest response; 0 where mask is 0.
         mask     (B, L) float32, 1 on real response tokens.
-        entropy  (B, L) float32 of the full-vocab distribution at T (0 where masked), or None.
+        entropy  (B, L) of the full-vocab distribution at T (0 where masked), or None.
     Rows with an empty response have an all-zero mask.
     """
     b = len(prompts)
@@ -42,30 +93,27 @@ def response_logprobs(model: Any, prompts: list[list[int]], responses: list[list
     resp_len = max((len(r) for r in responses), default=0)
     total = max(len(p) + len(r) for p, r in zip(prompts, responses))
     ids = torch.full((b, total), int(pad_id), dtype=torch.long)
-    attn = torch.zeros((b, total), dtype=torch.long)
-    mask = torch.zeros((b, resp_len), dtype=torch.float32)
-    targets = torch.zeros((b, resp_len), dtype=torch.long)
-    # logits at position t predict token t+1, so response token j of row i is read at len(prompt_i)-1+j
-    where = torch.zeros((b, resp_len), dtype=torch.long)
-    for i, (p, r) in enumerate(zip(prompts, responses)):
+    seq_idx, pos_idx, targets, temps, cols = [], [], [], [], []
+    for i, (p, r, t) in enumerate(zip(prompts, responses, temperatures)):
         seq = list(p) + list(r)
         ids[i, :len(seq)] = torch.tensor(seq, dtype=torch.long)
-        attn[i, :len(seq)] = 1
-        mask[i, :len(r)] = 1.0
-        targets[i, :len(r)] = torch.tensor(list(r), dtype=torch.long)
-        where[i] = len(p) - 1 + torch.arange(resp_len)
-    # Positions before the shortest prompt's last token never predict a response token: skip their logits.
-    first = min(len(p) for p in prompts) - 1
-    where = (where - first).clamp(max=total - 1 - first)
-    ids, attn, mask, targets, where = (t.to(device) for t in (ids, attn, mask, targets, where))
-
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=total - first).logits
-    picked = logits.gather(1, where[:, :, None].expand(-1, -1, logits.shape[-1])).float()  # (B, L, V)
-    temps = torch.tensor([logprob_temperature(t) for t in temperatures], dtype=torch.float32, device=device)
-    logp_all = torch.log_softmax(picked / temps[:, None, None], dim=-1)
-    real = mask > 0
-    logprobs = torch.where(real, logp_all.gather(2, targets[:, :, None]).squeeze(2), 0.0)
+        seq_idx += [i] * len(r)
+        pos_idx += range(len(p) - 1, len(p) - 1 + len(r))
+        targets += r
+        temps += [logprob_temperature(t)] * len(r)
+        cols += range(len(r))
+    mask = torch.zeros((b, resp_len), dtype=torch.float32, device=device)
+    if not targets:
+        zeros = torch.zeros((b, resp_len), device=device)
+        return zeros, mask, (zeros.clone() if with_entropy else None)
+    rows_t = torch.tensor(seq_idx, device=device)
+    cols_t = torch.tensor(cols, device=device)
+    lp, ent = token_logprobs(model, ids.to(device), rows_t, torch.tensor(pos_idx, device=device),
+                             torch.tensor(targets, device=device), torch.tensor(temps, device=device),
+                             with_entropy=with_entropy, full_logits=full_logits)
+    mask[rows_t, cols_t] = 1.0
+    logprobs = torch.zeros((b, resp_len), dtype=lp.dtype, device=device).index_put((rows_t, cols_t), lp)
     entropy = None
-    if with_entropy:
-        entropy = torch.where(real, -(logp_all.exp() * logp_all).sum(-1), 0.0)
+    if ent is not None:
+        entropy = torch.zeros((b, resp_len), dtype=ent.dtype, device=device).index_put((rows_t, cols_t), ent)
     return logprobs, mask, entropy

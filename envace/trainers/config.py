@@ -41,6 +41,19 @@ class AlgoConfig(BaseConfig):
     kl_coef: float = Field(1e-4, ge=0, description="KL coefficient.")
     kl_kind: Literal["low_var_kl", "kl", "mse", "abs"] = Field("low_var_kl", description="KL estimator.")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (verl ppo_epochs, TRL num_iterations; paper: 1).")
+    ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch: the batch is shuffled and split into this many mini-batches (paper: 1).")
+    pack: bool = Field(True, description="Pack a trajectory's calls whose prompts extend each other into one sequence (same loss, fewer tokens).")
+    grad_noise_scale: bool = Field(True, description="Log the gradient noise scale tr(Sigma)/|G|^2 from micro-batch gradients (one gradient copy per micro-batch).")
+
+    @model_validator(mode="after")
+    def _check_reuse(self) -> "AlgoConfig":
+        if self.loss == "vanilla_pg" and (self.ppo_epochs > 1 or self.ppo_mini_batches > 1):
+            raise ConfigError(
+                f"algo.loss='vanilla_pg' has no importance ratio, so algo.ppo_epochs={self.ppo_epochs} / "
+                f"algo.ppo_mini_batches={self.ppo_mini_batches} would train on stale samples uncorrected; "
+                "use algo.loss=ppo_clip or set both to 1")
+        return self
 
 
 class OptimConfig(BaseConfig):

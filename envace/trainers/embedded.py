@@ -73,15 +73,17 @@ class _Policy:
         return rows if name == "policy" else role_rows(rows, Role(name))
 
 
-def update_models(policy: "_Policy", rows, cfg: TrainConfig) -> dict:
-    """One optimizer step per model; with a per-role policy each model sees only its own role's rows."""
+def update_models(policy: "_Policy", rows, cfg: TrainConfig, step: int = 0) -> dict:
+    """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps per model (one by default); with a
+    per-role policy each model sees only its own role's rows. `step` seeds the mini-batch shuffle."""
     updates = {}
     for name in policy.names:
         mine = policy.rows_for(name, rows)
         if mine:
             updates[name] = policy_update(policy.models[name], policy.optimizers[name], mine, cfg.algo,
                                           pad_id=policy.tokenizer.pad_token_id, micro_batch=cfg.micro_batch,
-                                          grad_clip=cfg.optim.grad_clip, ref_model=policy.refs.get(name))
+                                          grad_clip=cfg.optim.grad_clip, ref_model=policy.refs.get(name),
+                                          seed=derive_seed(cfg.seed, step, name, "mini_batches"))
     return updates
 
 

@@ -1,108 +1,231 @@
-"""One policy update: micro-batched forward/backward over training rows, then ONE optimizer step.
+"""The policy update of one rollout batch: PPO epochs x mini-batches, each an optimizer step over
+gradient-accumulated micro-batches of packed sequences.
 
-Log-probs are recomputed at the temperature each row was sampled with (the engine records them at the
-same temperature, so the PPO ratio starts at 1 on-policy). Token-mean aggregation is global over the
-whole step's rows, not per micro-batch: each micro-batch's mean is rescaled by its share of the step's
-tokens, so the result does not depend on the micro-batch size.
+Rows are packed (`envace.trainers.packing`: a trajectory's calls whose prompts extend each other share
+one sequence), packs are sorted by length into micro-batches of one role, and only response positions go
+through the output layer. Per epoch (`algo.ppo_epochs`) the packs are shuffled (seeded) and split into
+`algo.ppo_mini_batches` mini-batches of about equal loss tokens; each mini-batch is one optimizer step. With
+1 epoch x 1 mini-batch this is one on-policy step per rollout batch, as in the paper.
+
+Log-probs are recomputed at the temperature each row was sampled with; the old log-probs are the sampling
+engine's own (equal to the recomputation up to float error, so the ratio of the first mini-batch of the
+first epoch is 1 and later ones move as the policy does). Token-mean aggregation is global over the whole
+mini-batch, not per micro-batch: each micro-batch's mean is rescaled by its share of the mini-batch's
+tokens (rows for the seq-mean modes), so the result depends neither on the micro-batch size nor on the
+packing. Per-role metrics are the loss function's own (approx KL, ratio mean, clip and dual-clip
+fractions), token-weighted over all optimizer steps, plus entropy, reference KL, and the gradient noise
+scale (`envace.trainers.noise_scale`, first epoch: the on-policy gradient).
 """
 
 from __future__ import annotations
 
+import random
+import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from envace.algos import aggregate, kl_penalty, POLICY_LOSSES
-from envace.engines.scoring import response_logprobs
 from envace.trainers.config import AlgoConfig
+from envace.trainers.noise_scale import NoiseAccumulator, estimate
+from envace.trainers.packing import Pack, micro_batches, pack_rows, packed_logprobs
 from envace.trainers.rows import TrainRow
 from envace.types import Role
+
+LOSS_METRICS = ("clip_frac", "dual_clip_frac", "approx_kl", "ratio_mean")
+
+
+@dataclass
+class StepStats:
+    """One optimizer step (one mini-batch of one epoch)."""
+
+    epoch: int
+    mini_batch: int
+    loss: float
+    grad_norm: float
+    rows: int
+    tokens: int
+    metrics: dict[str, float]  # the loss function's metrics, token-weighted over the mini-batch
 
 
 @dataclass
 class UpdateResult:
-    loss: float
-    grad_norm: float
+    loss: float       # mean over optimizer steps
+    grad_norm: float  # mean pre-clip norm over optimizer steps
     role_metrics: dict[str, dict[str, float]]
+    metrics: dict[str, float] = field(default_factory=dict)
+    steps: list[StepStats] = field(default_factory=list)
 
 
-def _pad(seqs: list[list[float]], length: int) -> torch.Tensor:
-    out = torch.zeros(len(seqs), length)
+def _pad(seqs: list, length: int, dtype: torch.dtype, device) -> torch.Tensor:
+    out = torch.zeros(len(seqs), length, dtype=dtype, device=device)
     for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.tensor(s, dtype=torch.float32)
+        out[i, : len(s)] = torch.as_tensor(s, dtype=dtype, device=device)
     return out
 
 
-def _share(mb: list[TrainRow], rows: list[TrainRow], agg: str, mb_tokens: int, total_tokens: int) -> float:
-    return mb_tokens / max(total_tokens, 1) if agg == "token-mean" else len(mb) / max(len(rows), 1)
+def split_mini_batches(packs: list[Pack], n: int) -> list[list[Pack]]:
+    """`packs` cut in order into min(n, len(packs)) non-empty chunks of about equal loss tokens."""
+    n = min(n, len(packs))
+    total = sum(p.loss_tokens for p in packs)
+    chunks: list[list[Pack]] = []
+    cur: list[Pack] = []
+    acc = 0
+    for i, p in enumerate(packs):
+        cur.append(p)
+        acc += p.loss_tokens
+        chunks_left = n - len(chunks) - 1
+        packs_left = len(packs) - i - 1
+        if chunks_left > 0 and (acc >= total * (len(chunks) + 1) / n or packs_left == chunks_left):
+            chunks.append(cur)
+            cur = []
+    chunks.append(cur)
+    return chunks
+
+
+def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+
+
+class _Updater:
+    def __init__(self, model, optimizer, rows, algo: AlgoConfig, pad_id, micro_batch, grad_clip, ref, full_logits):
+        self.model, self.optimizer, self.rows, self.algo = model, optimizer, rows, algo
+        self.pad_id, self.micro_batch, self.grad_clip, self.ref = pad_id, micro_batch, grad_clip, ref
+        self.full_logits = full_logits
+        self.loss_fn = POLICY_LOSSES.get(algo.loss)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.device = next(model.parameters()).device
+        self.sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.noise = NoiseAccumulator()
+        self.role_noise: dict[str, NoiseAccumulator] = defaultdict(NoiseAccumulator)
+        self.forward_tokens = 0
+
+    def step(self, packs: list[Pack], epoch: int, index: int) -> StepStats:
+        algo = self.algo
+        self.optimizer.zero_grad(set_to_none=True)
+        mbs = micro_batches(packs, self.micro_batch)
+        n_rows = sum(len(p.segments) for p in packs)
+        n_tok = sum(p.loss_tokens for p in packs)
+        track = algo.grad_noise_scale and epoch == 0 and len(mbs) >= 2
+        prev = None
+        small: list[tuple[float, int, str]] = []
+        role_grad: dict[str, torch.Tensor] = {}
+        role_share: dict[str, float] = defaultdict(float)
+        role_rows: dict[str, int] = defaultdict(int)
+        total_loss = 0.0
+        step_sums: dict[str, float] = defaultdict(float)
+        for mb in mbs:
+            if epoch == 0:
+                self.forward_tokens += len(mb) * max(len(p.ids) for p in mb)
+            out = packed_logprobs(self.model, mb, self.rows, self.pad_id, with_entropy=True,
+                                  entropy_grad=algo.entropy_coef > 0, full_logits=self.full_logits)
+            logp, mask, ent = out.logprobs, out.mask.to(out.logprobs.dtype), out.entropy
+            rows = [self.rows[r] for r in out.rows]
+            old = _pad([r.old_logprobs for r in rows], logp.shape[1], logp.dtype, self.device)
+            adv = torch.tensor([r.advantage for r in rows], dtype=logp.dtype, device=self.device)
+            loss, lm = self.loss_fn(logp, old, adv, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+                                    dual_clip_c=algo.dual_clip_c, agg=algo.agg)
+            kl = None
+            if self.ref is not None:
+                ref_lp = _pad([self.ref[r] for r in out.rows], logp.shape[1], logp.dtype, self.device)
+                kl = kl_penalty(logp, ref_lp, kind=algo.kl_kind)
+                loss = loss + algo.kl_coef * aggregate(kl, mask, algo.agg)
+            if algo.entropy_coef > 0:
+                loss = loss - algo.entropy_coef * aggregate(ent, mask, algo.agg)
+            tokens = int(mask.sum().item())
+            share = tokens / n_tok if algo.agg == "token-mean" else len(rows) / n_rows
+            (loss * share).backward()
+            total_loss += float(loss.item()) * share
+            role = mb[0].role.value
+            s = self.sums[role]
+            for k in LOSS_METRICS:
+                s[k] += lm[k] * tokens
+                step_sums[k] += lm[k] * tokens
+            s["weight"] += tokens
+            if epoch == 0:
+                s["tokens"] += tokens
+            with torch.no_grad():
+                s["entropy"] += float((ent * mask).sum())
+                s["logprob"] += float((logp * mask).sum())
+                if kl is not None:
+                    s["kl"] += float((kl * mask).sum())
+            if track:
+                flat = _flat_grad(self.params)
+                delta = flat if prev is None else flat - prev
+                prev = flat
+                small.append((float(delta.double().square().sum()) / share ** 2, len(rows), role))
+                role_grad[role] = delta if role not in role_grad else role_grad[role] + delta
+                role_share[role] += share
+                role_rows[role] += len(rows)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip))
+        if track:
+            self.noise.add(estimate([g for g, _, _ in small], [b for _, b, _ in small],
+                                    float(prev.double().square().sum()), n_rows))
+            for role, g in role_grad.items():
+                big = float((g.double() / role_share[role]).square().sum())
+                self.role_noise[role].add(estimate([x for x, _, r in small if r == role],
+                                                   [b for _, b, r in small if r == role], big, role_rows[role]))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepStats(epoch=epoch, mini_batch=index, loss=total_loss, grad_norm=grad_norm, rows=n_rows,
+                         tokens=n_tok, metrics={k: v / max(n_tok, 1) for k, v in step_sums.items()})
+
+    def role_metrics(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for role, s in self.sums.items():
+            w = max(s["weight"], 1.0)
+            vals = {"tokens": s["tokens"], "entropy": s["entropy"] / w, "logprob_mean": s["logprob"] / w}
+            vals.update({k: s[k] / w for k in LOSS_METRICS})
+            if self.ref is not None:
+                vals["kl"] = s["kl"] / w
+            vals.update(self.role_noise[role].summary() if role in self.role_noise else {})
+            out[role] = vals
+        return out
+
+
+def _reference_logprobs(ref_model, packs: list[Pack], rows: list[TrainRow], pad_id: int, micro_batch: int,
+                        full_logits: bool) -> dict[int, torch.Tensor]:
+    """Each row's response log-probs under the frozen reference, through the same packed path."""
+    ref: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for mb in micro_batches(packs, micro_batch):
+            out = packed_logprobs(ref_model, mb, rows, pad_id, full_logits=full_logits)
+            for i, r in enumerate(out.rows):
+                ref[r] = out.logprobs[i, : len(rows[r].response_ids)]
+    return ref
 
 
 def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows: list[TrainRow],
                   algo: AlgoConfig, *, pad_id: int, micro_batch: int, grad_clip: float,
-                  ref_model: torch.nn.Module | None = None) -> UpdateResult:
-    """Accumulate gradients over micro-batches of `rows` and take one optimizer step."""
-    device = next(model.parameters()).device
-    loss_fn = POLICY_LOSSES.get(algo.loss)
-    total_tokens = sum(len(r.response_ids) for r in rows)
-    sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+                  ref_model: torch.nn.Module | None = None, seed: int = 0,
+                  full_logits: bool = False) -> UpdateResult:
+    """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps on `rows` (micro_batch = sequences per
+    forward). `seed` orders the mini-batches; `full_logits` forces the reference full-vocabulary head."""
+    t0 = time.perf_counter()
     model.train()
-    optimizer.zero_grad(set_to_none=True)
-    total_loss = 0.0
-    for start in range(0, len(rows), micro_batch):
-        mb = rows[start:start + micro_batch]
-        logp, mask, ent = response_logprobs(model, [r.prompt_ids for r in mb], [r.response_ids for r in mb],
-                                            [r.temperature for r in mb], pad_id, with_entropy=True)
-        mask = mask.to(device).float()
-        old = _pad([r.old_logprobs for r in mb], logp.shape[1]).to(device)
-        adv = torch.tensor([r.advantage for r in mb], dtype=torch.float32, device=device)
-        loss, _ = loss_fn(logp, old, adv, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
-                          dual_clip_c=algo.dual_clip_c, agg=algo.agg)
-        kl = None
-        if algo.use_kl and ref_model is not None:
-            with torch.no_grad():
-                ref_logp, _, _ = response_logprobs(ref_model, [r.prompt_ids for r in mb],
-                                                   [r.response_ids for r in mb], [r.temperature for r in mb], pad_id)
-            kl = kl_penalty(logp, ref_logp.to(device), kind=algo.kl_kind)
-            loss = loss + algo.kl_coef * aggregate(kl, mask, algo.agg)
-        if algo.entropy_coef > 0 and ent is not None:
-            loss = loss - algo.entropy_coef * aggregate(ent, mask, algo.agg)
-        share = _share(mb, rows, algo.agg, int(mask.sum().item()), total_tokens)
-        (loss * share).backward()
-        total_loss += float(loss.item()) * share
-        _accumulate_role_metrics(sums, mb, logp.detach(), old, adv, mask, ent, kl, algo)
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return UpdateResult(loss=total_loss, grad_norm=grad_norm, role_metrics=_finish(sums))
-
-
-def _accumulate_role_metrics(sums, mb, logp, old, adv, mask, ent, kl, algo) -> None:
-    ratio = torch.exp(logp - old)
-    a = adv[:, None].expand_as(ratio)
-    clipped = ((a > 0) & (ratio > 1 + algo.clip_high)) | ((a < 0) & (ratio < 1 - algo.clip_low))
-    for i, row in enumerate(mb):
-        m = mask[i].bool()
-        n = int(m.sum().item())
-        s = sums[row.role.value]
-        s["tokens"] += n
-        s["clipped"] += float(clipped[i][m].sum().item())
-        s["logprob_sum"] += float(logp[i][m].sum().item())
-        if ent is not None:
-            s["entropy_sum"] += float(ent[i].detach()[m].sum().item())
-        if kl is not None:
-            s["kl_sum"] += float(kl[i].detach()[m].sum().item())
-
-
-def _finish(sums) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
-    for role, s in sums.items():
-        n = max(s["tokens"], 1.0)
-        out[role] = {"tokens": s["tokens"], "clip_frac": s["clipped"] / n, "logprob_mean": s["logprob_sum"] / n,
-                     "entropy": s.get("entropy_sum", 0.0) / n}
-        if "kl_sum" in s:
-            out[role]["kl"] = s["kl_sum"] / n
-    return out
+    packs = pack_rows(rows, pack=algo.pack)
+    if not packs:
+        return UpdateResult(loss=0.0, grad_norm=0.0, role_metrics={}, metrics={"optimizer_steps": 0.0})
+    ref = None
+    if algo.use_kl and ref_model is not None:
+        ref = _reference_logprobs(ref_model, packs, rows, pad_id, micro_batch, full_logits)
+    upd = _Updater(model, optimizer, rows, algo, pad_id, micro_batch, grad_clip, ref, full_logits)
+    rng = random.Random(seed)
+    steps: list[StepStats] = []
+    for epoch in range(algo.ppo_epochs):
+        order = list(packs)
+        if algo.ppo_mini_batches > 1:
+            rng.shuffle(order)
+        for index, mini in enumerate(split_mini_batches(order, algo.ppo_mini_batches)):
+            steps.append(upd.step(mini, epoch, index))
+    n_rows = sum(len(p.segments) for p in packs)
+    metrics = {"optimizer_steps": float(len(steps)), "forward_tokens": float(upd.forward_tokens),
+               "loss_tokens": float(sum(p.loss_tokens for p in packs)), "packed_rows_per_seq": n_rows / len(packs),
+               **upd.noise.summary(), "time_update_s": time.perf_counter() - t0}
+    return UpdateResult(loss=sum(s.loss for s in steps) / len(steps),
+                        grad_norm=sum(s.grad_norm for s in steps) / len(steps),
+                        role_metrics=upd.role_metrics(), metrics=metrics, steps=steps)
 
 
 def role_rows(rows: list[TrainRow], role: Role) -> list[TrainRow]:
