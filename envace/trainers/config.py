@@ -61,6 +61,26 @@ class OptimConfig(BaseConfig):
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    warmup_steps: int = Field(0, ge=0, description="RL steps of linear learning-rate warm-up from lr/warmup_steps "
+                                                   "to lr (0 = constant lr); a function of the step, so resume is exact.")
+
+
+class DynamicSamplingConfig(BaseConfig):
+    """DAPO dynamic sampling: off by default, as in the paper's GRPO (a step's cost then varies)."""
+
+    enabled: bool = Field(False, description="Drop groups whose K rewards are all equal (no GRPO signal) and refill "
+                                             "the step with further prompts (DAPO).")
+    max_refill_rounds: int = Field(3, ge=0, description="Refill rounds per step at most; then train on the "
+                                                        "informative groups found.")
+
+
+class ToyRewardConfig(BaseConfig):
+    """A diagnostic reward (reward=toy) that a briefly SFT'd model earns sometimes: proves the loop can climb."""
+
+    kind: Literal["first_call_tool", "reply_word"] = Field(
+        "first_call_tool", description="1 when the first Act call names `target`, or when a final reply contains the "
+                                       "word `target`; else 0.")
+    target: str = Field("get_balance", min_length=1, description="Tool name or word the toy reward looks for.")
 
 
 class TrackingConfig(BaseConfig):
@@ -86,7 +106,17 @@ class TrainConfig(BaseConfig):
     seed: int = Field(0, description="Run seed; sampling seeds derive from (seed, step, prompt, sample, role).")
     device: str | None = Field(None, description="cpu | cuda | None (cuda when available).")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None = all cores).")
-    reward: Literal["checklist_rule", "checklist_llm", "env_state"] = Field("checklist_rule", description="Reward source.")
+    reward: Literal["checklist_rule", "checklist_llm", "env_state", "toy"] = Field(
+        "checklist_rule", description="Reward source (toy: the diagnostic reward of `toy_reward`).")
+    toy_reward: ToyRewardConfig = Field(default_factory=ToyRewardConfig, description="Used when reward=toy.")
+    flip_advantage_sign: bool = Field(False, description="Diagnostic: negate every advantage; a working loop then "
+                                                         "drives the reward down.")
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig,
+                                                    description="Drop zero-variance groups and refill (DAPO).")
+    shadow_monitor: bool | None = Field(None, description="Replay each rehearsed trajectory's Act calls in the real "
+                                                          "world (never shown to the policy, never rewarded) and log "
+                                                          "rehearsed vs real reward; None = on for world tasks in "
+                                                          "rehearse/simulator mode.")
     data: DataConfig = Field(default_factory=DataConfig, description="Training tasks.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout mode, role sampling, limits.")
     algo: AlgoConfig = Field(default_factory=AlgoConfig, description="Advantage, loss, KL.")
@@ -101,7 +131,18 @@ class TrainConfig(BaseConfig):
         if self.reward == "env_state" and self.rollout.mode == "rehearse":
             raise ConfigError("reward='env_state' reads a real environment, which rehearse mode never touches; "
                               "use reward=checklist_rule (or rollout.mode=env)")
+        if self.shadow_monitor and (self.data.source != "world" or self.rollout.mode == "env"):
+            raise ConfigError(f"shadow_monitor=true replays calls in the built-in world, but data.source="
+                              f"{self.data.source!r}, rollout.mode={self.rollout.mode!r}; it needs data.source=world "
+                              "and a rehearsed mode (rehearse or simulator): set shadow_monitor=null")
         return self
+
+    @property
+    def shadow_enabled(self) -> bool:
+        """The resolved shadow-monitor switch (None = on where it can run)."""
+        if self.shadow_monitor is not None:
+            return self.shadow_monitor
+        return self.data.source == "world" and self.rollout.mode != "env"
 
 
 class SFTConfig(BaseConfig):

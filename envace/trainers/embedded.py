@@ -3,9 +3,13 @@ torch loop, on CPU or one CUDA device.
 
 Per step: sample `prompts_per_step` tasks (seeded by step), roll out K trajectories each (mode rehearse |
 env | simulator), score them, build one row per role call, compute advantages grouped by (prompt, role),
-and take ONE optimizer step per model. `policy=shared` trains one model on both roles' rows;
+and update each model (`update_models`). `policy=shared` trains one model on both roles' rows;
 `policy=per_role` keeps two models, each updated only from its own role's rows. Checkpoints every
 `save_every` steps; a restarted run resumes from the latest complete checkpoint at the next step.
+Options around that loop: dynamic sampling (`dynamic_sampling`, DAPO: zero-signal groups dropped and
+refilled), linear lr warm-up (`optim.warmup_steps`), the rehearsal exploitation monitor
+(`shadow_monitor`: rehearsed vs real reward, never seen by the policy) and the diagnostics `reward=toy`
+and `flip_advantage_sign` (the loop must climb, or with the sign flipped descend, a toy reward).
 
 Departures from the paper / reference code: the old log-probs are the sampling engine's own (the run
 is on-policy with one PPO epoch, so verl's recomputation would give the same numbers — a test checks
@@ -28,14 +32,17 @@ from envace.models.loading import load_policy, pick_device
 from envace.rollout import derive_seed, run_rollout
 from envace.trainers.checkpoint import latest_checkpoint, load_optimizer_states, save_checkpoint
 from envace.trainers.config import TrainConfig
+from envace.trainers.dynamic_sampling import SampledBatch, informative_groups, sample_with_refill
 from envace.trainers.metrics import step_metrics
 from envace.trainers.rewarding import RewardScorer
-from envace.trainers.rows import assign_advantages, build_rows
+from envace.trainers.rows import TrainRow, assign_advantages, build_rows
+from envace.trainers.schedule import lr_at, set_lr
+from envace.trainers.shadow import shadow_metrics, shadow_replay
 from envace.trainers.tracking import RunTracker
 from envace.trainers.update import policy_update, role_rows
 from envace.tasksource import load_tasks
 from envace.tracking.gitinfo import git_commit
-from envace.types import Mode, Role, Task
+from envace.types import Mode, Role, Task, Trajectory
 
 
 @dataclass
@@ -105,6 +112,48 @@ def sample_step_tasks(pool: list[Task], cfg: TrainConfig, step: int) -> list[Tas
     return rng.sample(pool, min(cfg.prompts_per_step, len(pool)))
 
 
+def rollout_step(pool: list[Task], cfg: TrainConfig, step: int, policy: "_Policy", mode: Mode,
+                 scorer: RewardScorer, env_factory, simulator) -> SampledBatch:
+    """Roll out and score the step's groups; with dynamic sampling, refill until enough carry signal."""
+
+    def rollout(tasks: list[Task], first_index: int, seed: int) -> list[Trajectory]:
+        with torch.inference_mode():
+            trajs = run_rollout(tasks, k=cfg.k, policy=policy.rollout_policy(), cfg=cfg.rollout, mode=mode,
+                                env_factory=env_factory, simulator=simulator, step=step, seed=seed,
+                                turn_gate=scorer.turn_gate)
+        for t in trajs:  # refill rounds continue the step's prompt numbering: groups stay distinct
+            t.prompt_index += first_index
+        scorer.score(trajs)
+        return trajs
+
+    tasks = sample_step_tasks(pool, cfg, step)
+    ds = cfg.dynamic_sampling
+    if ds.enabled:
+        return sample_with_refill(pool, tasks, rollout, seed=cfg.seed, step=step,
+                                  prompts_per_step=cfg.prompts_per_step, max_refill_rounds=ds.max_refill_rounds)
+    trajs = rollout(tasks, 0, cfg.seed)
+    return SampledBatch(kept=trajs, generated=trajs, groups_generated=len(tasks),
+                        groups_informative=len(informative_groups(trajs)),
+                        kept_prompt_indices=list(range(len(tasks))))
+
+
+def flip_advantages(rows: list[TrainRow], trajs: list[Trajectory]) -> None:
+    """Diagnostic (`flip_advantage_sign`): negate every advantage, on the rows and their mirrored turns."""
+    for r in rows:
+        r.advantage = -r.advantage
+    for t in trajs:
+        for u in t.turns:
+            if u.advantage is not None:
+                u.advantage = -u.advantage
+
+
+def _shadow_metrics(trajs: list[Trajectory], scorer: RewardScorer) -> dict[str, float]:
+    from envace.worlds.environment import WorldEnvironment
+
+    results = [shadow_replay(t, scorer.reward_of, WorldEnvironment) for t in trajs]
+    return shadow_metrics(trajs, results)
+
+
 def train(cfg: TrainConfig) -> TrainResult:
     out_dir = Path(cfg.out_dir)
     ckpt_root = out_dir / "checkpoints"
@@ -122,7 +171,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         start = resume.step
     pool = load_tasks(cfg.data)
     mode = Mode(cfg.rollout.mode)
-    scorer = RewardScorer(cfg.reward)
+    scorer = RewardScorer(cfg.reward, toy_kind=cfg.toy_reward.kind, toy_target=cfg.toy_reward.target)
     simulator = None
     if mode is Mode.SIMULATOR:
         sim_model, _ = load_policy(cfg.rollout.simulator_model, device=device)
@@ -134,26 +183,32 @@ def train(cfg: TrainConfig) -> TrainResult:
     try:
         for step in range(start + 1, cfg.steps + 1):
             t0 = time.perf_counter()
-            tasks = sample_step_tasks(pool, cfg, step)
-            with torch.inference_mode():
-                trajs = run_rollout(tasks, k=cfg.k, policy=policy.rollout_policy(), cfg=cfg.rollout, mode=mode,
-                                    env_factory=env_factory, simulator=simulator, step=step, seed=cfg.seed,
-                                    turn_gate=scorer.turn_gate)
+            batch = rollout_step(pool, cfg, step, policy, mode, scorer, env_factory, simulator)
             t_roll = time.perf_counter() - t0
-            scorer.score(trajs)
+            trajs = batch.kept
+            shadow = _shadow_metrics(batch.generated, scorer) if cfg.shadow_enabled else {}
             rows = build_rows(trajs)
             assign_advantages(rows, trajs, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std)
+            if cfg.flip_advantage_sign:
+                flip_advantages(rows, trajs)
+            lr = lr_at(step, cfg.optim)
+            set_lr(policy.optimizers, lr)
             updates = update_models(policy, rows, cfg)
-            metrics = step_metrics(trajs, rows, updates, t_roll, time.perf_counter() - t0)
+            metrics = step_metrics(trajs, rows, updates, t_roll, time.perf_counter() - t0,
+                                   generated=batch.generated)
+            metrics["optim/lr"] = lr
+            if cfg.dynamic_sampling.enabled:
+                metrics.update(batch.metrics())
+            metrics.update(shadow)
             result.history.append({"step": step, **metrics})
-            tracker.log_step(step, metrics, trajs)
+            tracker.log_step(step, metrics, batch.generated)
             result.last_step = step
             if step % cfg.save_every == 0 or step == cfg.steps:
                 tracker.flush()
                 result.checkpoint = save_checkpoint(
                     ckpt_root, step, policy.models, policy.tokenizer, policy.optimizers,
                     {"config": cfg.model_dump(mode="json"), "git_commit": git_commit(),
-                     "mlflow_run_id": tracker.mlflow_run_id, "store_run_id": tracker.run_id},
+                     "mlflow_run_id": tracker.mlflow_run_id, "store_run_id": tracker.run_id, "lr": lr},
                     keep=cfg.keep_checkpoints)
             if bar is not None:
                 bar.update(1)

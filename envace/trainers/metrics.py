@@ -25,13 +25,19 @@ REHEARSE_PARSE_ERRORS = {ErrorCode.NO_EXECUTION_RESULT_TAG, ErrorCode.RESULT_JSO
 
 
 def step_metrics(trajs: list[Trajectory], rows: list[TrainRow], updates: dict, t_rollout: float,
-                 t_step: float) -> dict[str, float]:
-    scored = [t.reward for t in trajs if t.reward is not None]
+                 t_step: float, generated: list[Trajectory] | None = None) -> dict[str, float]:
+    """`trajs`: the trajectories trained on; `generated`: every trajectory rolled out this step (more
+    than `trajs` under dynamic sampling; default `trajs`). Reward, termination and env-call metrics
+    describe the generated ones (an unbiased sample of the policy: the kept groups are selected for
+    disagreement); role metrics describe the rows trained on. `reward/kept_mean`: the trained-on reward."""
+    generated = trajs if generated is None else generated
+    scored = [t.reward for t in generated if t.reward is not None]
     m: dict[str, float] = {}
     m["reward/mean"], m["reward/std"] = _mean_std(scored)
-    m["reward/unscored"] = float(len(trajs) - len(scored))
+    m["reward/kept_mean"] = _mean_std([t.reward for t in trajs if t.reward is not None])[0]
+    m["reward/unscored"] = float(len(generated) - len(scored))
     by_prompt: dict[int, list[float]] = {}
-    for t in trajs:
+    for t in generated:
         if t.reward is not None:
             by_prompt.setdefault(t.prompt_index, []).append(t.reward)
     m["reward/groups_with_variance"] = (sum(1 for v in by_prompt.values() if max(v) - min(v) > 1e-9)
@@ -44,8 +50,8 @@ def step_metrics(trajs: list[Trajectory], rows: list[TrainRow], updates: dict, t
         finite = [r.reward for r in rr if not math.isnan(r.reward)]
         m[f"{key}/reward"] = _mean_std(finite)[0]
         m[f"{key}/response_tokens"] = float(sum(len(r.response_ids) for r in rr))
-    act_turns = [u for t in trajs for u in t.turns_of(Role.ACT)]
-    reh_turns = [u for t in trajs for u in t.turns_of(Role.REHEARSE)]
+    act_turns = [u for t in generated for u in t.turns_of(Role.ACT)]
+    reh_turns = [u for t in generated for u in t.turns_of(Role.REHEARSE)]
     if act_turns:
         bad = sum(1 for u in act_turns if u.parse_error not in (None, ErrorCode.NO_TOOL_CALL))
         m["act/tool_call_validity"] = 1.0 - bad / len(act_turns)
@@ -58,9 +64,9 @@ def step_metrics(trajs: list[Trajectory], rows: list[TrainRow], updates: dict, t
         for role, vals in upd.role_metrics.items():
             for k, v in vals.items():
                 m[f"{role}/{k}"] = v
-    for reason, n in Counter(t.termination.value if t.termination else "none" for t in trajs).items():
-        m[f"termination/{reason}"] = n / len(trajs)
-    m["env_calls"] = float(sum(t.env_calls for t in trajs))
+    for reason, n in Counter(t.termination.value if t.termination else "none" for t in generated).items():
+        m[f"termination/{reason}"] = n / len(generated)
+    m["env_calls"] = float(sum(t.env_calls for t in generated))
     m["time/rollout_s"] = t_rollout
     m["time/step_s"] = t_step
     return m

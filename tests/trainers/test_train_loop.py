@@ -37,7 +37,8 @@ def test_rehearse_training_never_touches_a_real_environment(tiny_model_dir, tmp_
         raise AssertionError("a real environment was created during rehearse-mode training")
 
     monkeypatch.setattr(world_env.WorldEnvironment, "__init__", forbidden)
-    res = train(_cfg(tiny_model_dir, tmp_path / "run", tracking={"enabled": False}))
+    # the exploitation monitor replays calls in a real world after the rollout (tests/trainers/test_shadow.py)
+    res = train(_cfg(tiny_model_dir, tmp_path / "run", tracking={"enabled": False}, shadow_monitor=False))
     assert res.last_step == 2
     assert [h["env_calls"] for h in res.history] == [0.0, 0.0]
     assert all(math_ok(h["loss"]) for h in res.history if "loss" in h)
