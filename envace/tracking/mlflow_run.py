@@ -3,12 +3,16 @@
 `start_run(...)` is a context manager yielding an `MlflowRun` handle. It logs the flattened resolved
 config as params (values over MLflow's 6000-character limit are truncated, marked, and the full config is
 an artifact), the git commit / dirty flag and the DVC md5 of every input path as tags, and ends the run
-FINISHED, FAILED (exception) or KILLED (KeyboardInterrupt). Everything goes through an explicit
+FINISHED, FAILED (exception, or `mark_failed`) or KILLED (Ctrl-C, or SIGTERM, which raises while the run is
+open: `envace.tracking.lifecycle`). Params, tags, the config artifact and JSON artifacts are written with
+secrets masked (`envace.secrets`). Everything goes through an explicit
 `MlflowClient`, never the fluent API's global state, so tests and sweeps can hold several runs at once and
 nothing ever falls back to `./mlruns`.
 
 The default tracking URI is a local SQLite file (`sqlite:///<dir>/mlflow.db`) with artifacts in
-`<dir>/mlartifacts`; any MLflow URI works (`http://...`, `databricks`, another SQL URL).
+`<dir>/mlartifacts`; any MLflow URI works (`http://...`, `databricks`, another SQL URL). The first use of a
+SQL database in a process creates MLflow's schema under a file lock (`tracking_client`), so runs started
+together on a new directory do not race each other's migrations.
 
 Resume: `resume_run_id=` reopens the same MLflow run. Params equal to the logged ones are skipped
 (MLflow forbids changing a param; changed values are recorded in the `envace.resume_changed_params` tag),
@@ -18,9 +22,12 @@ resuming from an earlier checkpoint does not appear twice in the curves.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
@@ -40,6 +47,8 @@ from mlflow.utils.validation import (  # noqa: E402
 )
 
 from envace.config import BaseConfig  # noqa: E402
+from envace.secrets import mask_secrets, mask_text  # noqa: E402
+from envace.tracking.lifecycle import RunOutcome, outcome_of, sigterm_raises  # noqa: E402
 from envace.tracking.dvc_hash import input_hashes  # noqa: E402
 from envace.tracking.gitinfo import git_info  # noqa: E402
 from envace.types import Role  # noqa: E402
@@ -82,7 +91,8 @@ def _param_value(v: Any) -> str:
 
 
 def flatten_config(config: BaseConfig | Mapping[str, Any] | None) -> dict[str, str]:
-    """Dotted-key params of a config (BaseConfig.flat() or a nested dict), as MLflow param strings."""
+    """Dotted-key params of a config (BaseConfig.flat() or a nested dict), as MLflow param strings, secrets
+    (URL passwords, API keys) masked."""
     if config is None:
         return {}
     if isinstance(config, BaseConfig):
@@ -100,13 +110,53 @@ def flatten_config(config: BaseConfig | Mapping[str, Any] | None) -> dict[str, s
         walk("", config)
     else:
         raise TypeError(f"config must be a BaseConfig or a dict, got {type(config).__name__}")
-    return {metric_key(k): _param_value(v) for k, v in flat.items()}
+    return {metric_key(k): _param_value(v) for k, v in mask_secrets(flat).items()}
 
 
 def _config_dict(config: BaseConfig | Mapping[str, Any] | None) -> dict[str, Any]:
     if isinstance(config, BaseConfig):
-        return config.model_dump(mode="json")
-    return json.loads(json.dumps(dict(config or {}), default=str))
+        return mask_secrets(config.model_dump(mode="json"))
+    return mask_secrets(json.loads(json.dumps(dict(config or {}), default=str)))
+
+
+# MLflow creates its schema on the first use of a new database, with no lock of its own: two processes
+# starting together on a fresh `mlflow.db` both see no tables and both run the migrations, and one dies
+# ("table ... already exists", or Alembic's "expected to match one row"). The first use of a database in
+# this process happens under an exclusive file lock shared by every process on the machine.
+_READY: set[str] = set()
+_READY_LOCK = threading.Lock()
+
+
+def _init_lock_path(uri: str) -> Path | None:
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):] + ".init.lock")
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    if scheme.split("+")[0] in ("postgresql", "mysql", "mssql", "sqlite"):
+        digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"envace-mlflow-init-{digest}.lock"
+    return None  # a tracking server (http, databricks) creates its own schema
+
+
+def tracking_client(uri: str) -> MlflowClient:
+    """An `MlflowClient` on `uri` whose tracking and registry stores exist (schema created on first use,
+    one process at a time)."""
+    lock_path = _init_lock_path(uri)
+    with _READY_LOCK:
+        if lock_path is None or uri in _READY:
+            return MlflowClient(tracking_uri=uri, registry_uri=uri)
+        import fcntl
+
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:  # the client opens the tracking store (migrations when tables are missing) on construction,
+                # the registry store on first use; both are cached per URI for the rest of the process
+                client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+                client.search_registered_models(max_results=1)
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        _READY.add(uri)
+    return client
 
 
 def _experiment_id(client: MlflowClient, name: str, artifact_root: str | None) -> str:
@@ -133,6 +183,7 @@ class MlflowRun:
         self.run_id = run_id
         self.experiment_id = experiment_id
         self.resumed = resumed
+        self.outcome: RunOutcome | None = None  # set by mark_failed; None = decided by how the block exits
         self._done_steps: dict[str, int] = {}
         if resumed:  # last step per metric key logged before the crash
             for key in client.get_run(run_id).data.metrics:
@@ -147,14 +198,19 @@ class MlflowRun:
     def artifact_uri(self) -> str:
         return self.client.get_run(self.run_id).info.artifact_uri
 
+    def mark_failed(self, reason: str) -> None:
+        """End the run FAILED even though its block exits normally (e.g. a sweep whose cells failed)."""
+        self.outcome = RunOutcome.FAILED
+        self.set_tags({"envace.failure": reason})
+
     # ----- params / tags ------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
-        items = [Param(metric_key(k), _param_value(v)) for k, v in params.items()]
+        items = [Param(metric_key(k), _param_value(v)) for k, v in mask_secrets(dict(params)).items()]
         for i in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[i:i + 100])
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        items = [RunTag(metric_key(k), str(v)[:MAX_TAG_VAL_LENGTH]) for k, v in tags.items()]
+        items = [RunTag(metric_key(k), mask_text(str(v))[:MAX_TAG_VAL_LENGTH]) for k, v in tags.items()]
         for i in range(0, len(items), 100):
             self.client.log_batch(self.run_id, tags=items[i:i + 100])
 
@@ -200,7 +256,7 @@ class MlflowRun:
 
     def log_artifact_dict(self, obj: Mapping[str, Any] | list, artifact_file: str) -> None:
         """A dict or list as a JSON (or YAML, by extension) artifact."""
-        self.client.log_dict(self.run_id, json.loads(json.dumps(obj, default=str)), artifact_file)
+        self.client.log_dict(self.run_id, mask_secrets(json.loads(json.dumps(obj, default=str))), artifact_file)
 
     def log_table(self, df: Any, artifact_file: str) -> None:
         """A pandas DataFrame (or dict of columns) as an MLflow table artifact (`.json`)."""
@@ -271,7 +327,7 @@ def start_run(tracking_uri: str | Path | None, experiment: str, run_name: str,
               input_paths: Iterable[str | Path] = (), code_dir: str | Path = ".") -> Iterator[MlflowRun]:
     """Open (or resume) an MLflow run; yields its handle and ends it when the block exits."""
     uri, artifact_root = resolve_tracking_uri(tracking_uri)
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client = tracking_client(uri)
     params = flatten_config(config)
     all_tags: dict[str, Any] = dict(git_info(code_dir).tags())
     hashes = input_hashes(input_paths)
@@ -279,32 +335,31 @@ def start_run(tracking_uri: str | Path | None, experiment: str, run_name: str,
     if hashes:
         all_tags["envace.inputs"] = json.dumps(hashes, sort_keys=True)
     all_tags.update(tags or {})
-    if resume_run_id is not None:
-        handle = _resume(client, resume_run_id, params)
-    else:
-        exp_id = _experiment_id(client, experiment, artifact_root)
-        start_tags = {PARENT_TAG: parent_run_id} if parent_run_id else {}
-        run = client.create_run(exp_id, run_name=run_name, tags=start_tags)
-        handle = MlflowRun(client, run.info.run_id, exp_id)
-        handle.log_params(params)
-        if config is not None:
-            handle.log_artifact_dict(_config_dict(config), "config.yaml")
-    handle.set_tags(all_tags)
-    try:
-        yield handle
-    except KeyboardInterrupt:
-        client.set_terminated(handle.run_id, "KILLED")
-        raise
-    except BaseException:
-        client.set_terminated(handle.run_id, "FAILED")
-        raise
-    client.set_terminated(handle.run_id, "FINISHED")
+    with sigterm_raises():  # a SIGTERM ends the run KILLED instead of leaving it RUNNING
+        if resume_run_id is not None:
+            handle = _resume(client, resume_run_id, params)
+        else:
+            exp_id = _experiment_id(client, experiment, artifact_root)
+            start_tags = {PARENT_TAG: parent_run_id} if parent_run_id else {}
+            run = client.create_run(exp_id, run_name=run_name, tags=start_tags)
+            handle = MlflowRun(client, run.info.run_id, exp_id)
+        try:
+            if resume_run_id is None:
+                handle.log_params(params)
+                if config is not None:
+                    handle.log_artifact_dict(_config_dict(config), "config.yaml")
+            handle.set_tags(all_tags)
+            yield handle
+        except BaseException as exc:
+            client.set_terminated(handle.run_id, outcome_of(exc).value)
+            raise
+        client.set_terminated(handle.run_id, (handle.outcome or RunOutcome.FINISHED).value)
 
 
 def child_runs(tracking_uri: str | Path | None, parent_run_id: str) -> list[str]:
     """Run ids of the nested children of a sweep's parent run (searched in the parent's experiment)."""
     uri, _ = resolve_tracking_uri(tracking_uri)
-    client = MlflowClient(tracking_uri=uri)
+    client = tracking_client(uri)
     parent = client.get_run(parent_run_id)
     runs = client.search_runs([parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_run_id}'")
     return sorted(r.info.run_id for r in runs)
