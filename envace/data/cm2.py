@@ -54,6 +54,9 @@ def parse_cm2_row(row: Any, file: str, index: int, line: int | None = None) -> t
     return build_task(uuid, messages, tools, checklists, world), []
 
 
+TOO_DEEP = "nests values too deeply to read (Python's recursion limit)"
+
+
 def _read_rows(path: Path) -> list[tuple[Any, int | None]]:
     """(row, line) pairs; line is None for a JSON array. Raises DataError on unreadable JSON."""
     file = str(path)
@@ -71,6 +74,11 @@ def _read_rows(path: Path) -> list[tuple[Any, int | None]]:
         except json.JSONDecodeError as exc:
             what = f"is not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
             raise DataError([Problem(file, None, "<file>", what, "fix the JSON syntax")]) from None
+        except RecursionError:
+            raise DataError([Problem(file, None, "<file>", TOO_DEEP, "flatten the nested values")]) from None
+        if not isinstance(rows, list):
+            raise DataError([Problem(file, None, "<file>", f"is a JSON {type(rows).__name__}, not an array",
+                                     "write a JSON array or JSON lines of CM2 items")])
         return [(r, None) for r in rows]
     out: list[tuple[Any, int | None]] = []
     problems: list[Problem] = []
@@ -82,6 +90,9 @@ def _read_rows(path: Path) -> list[tuple[Any, int | None]]:
         except json.JSONDecodeError as exc:
             problems.append(Problem(file, len(out), "<row>", f"is not valid JSON ({exc.msg} at column {exc.colno})",
                                     "write one JSON object per line", line=ln))
+            out.append((None, ln))
+        except RecursionError:
+            problems.append(Problem(file, len(out), "<row>", TOO_DEEP, "flatten the nested values", line=ln))
             out.append((None, ln))
     if problems:
         raise DataError(problems)
@@ -122,11 +133,20 @@ def task_to_cm2(task: Task) -> dict[str, Any]:
     }
 
 
+def umask_mode() -> int:
+    """The mode a plain `open(path, "w")` would give a new file (0644 under umask 022). mkstemp creates
+    0600 files, so atomic writers chmod their temporary file to this before renaming it into place."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and os.replace, so readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, umask_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from envace.data.cm2 import task_to_cm2
+from envace.data.cm2 import task_to_cm2, umask_mode
 from envace.data.errors import DataError, Problem
 from envace.data.validate import (
     RowCheck,
@@ -163,6 +163,7 @@ def write_verl_parquet(tasks: list[Task], path: str | Path, data_source: str = "
     os.close(fd)
     try:
         pq.write_table(table, tmp)
+        os.chmod(tmp, umask_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
