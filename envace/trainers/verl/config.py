@@ -59,7 +59,9 @@ class LoopSettings(BaseConfig):
     simulator: EndpointConfig | None = Field(None, description="Frozen simulator endpoint (mode=simulator).")
     weighting: Literal["per_output", "per_trajectory"] = Field(
         "per_output", description="Role baseline weighting (reference code: per_output).")
-    single_update: bool = Field(True, description="One optimizer step per training step (paper), any row count.")
+    single_update: bool = Field(True, description="ppo_mini_batches optimizer steps per epoch (paper: 1), any row count.")
+    ppo_mini_batches: int = Field(1, ge=1, description="With single_update: the step's rows split into this many "
+                                                       "equal mini-batches (set from the launch config's ppo_mini_batches).")
     seed: int = Field(0, description="Sampling seeds derive from (seed, step, prompt index, sample, role, call).")
     threads: int = Field(256, ge=1, description="Episode threads per agent-loop worker (mostly waiting on the server).")
 
@@ -122,6 +124,9 @@ class VerlLaunchConfig(BaseConfig):
     tensor_parallel: int = Field(1, ge=1, description="Rollout tensor parallel size (reference: 1).")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="Rollout server memory share (reference: 0.5).")
     micro_batch_per_gpu: int = Field(1, ge=1, description="PPO micro-batch per GPU (reference: 1).")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (actor.ppo_epochs; embedded: algo.ppo_epochs).")
+    ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch (embedded: algo.ppo_mini_batches); "
+                                                       "divides train_batch_size.")
     log_prob_micro_batch_per_gpu: int = Field(8, ge=1, description="Log-prob micro-batch per GPU (reference: 8).")
     nnodes: int = Field(2, ge=1, description="Nodes (paper: 2).")
     n_gpus_per_node: int = Field(8, ge=1, description="GPUs per node (paper: 8).")
@@ -145,6 +150,13 @@ class VerlLaunchConfig(BaseConfig):
         if total % gpus:
             raise ConfigError(f"train_batch_size x n = {total} rows is not divisible by nnodes x n_gpus_per_node = "
                               f"{gpus}; verl needs whole rows per GPU: change train_batch_size or n")
+        if self.train_batch_size % self.ppo_mini_batches:
+            raise ConfigError(f"ppo_mini_batches = {self.ppo_mini_batches} does not divide train_batch_size = "
+                              f"{self.train_batch_size}; verl's actor.ppo_mini_batch_size is train_batch_size / "
+                              "ppo_mini_batches prompts: pick a divisor")
+        if self.loop.ppo_mini_batches not in (1, self.ppo_mini_batches):
+            raise ConfigError(f"loop.ppo_mini_batches = {self.loop.ppo_mini_batches} differs from ppo_mini_batches = "
+                              f"{self.ppo_mini_batches}; set only the top-level ppo_mini_batches")
         if self.max_prompt_length > self.rollout_prompt_length:
             raise ConfigError(f"max_prompt_length {self.max_prompt_length} > rollout_prompt_length "
                               f"{self.rollout_prompt_length}; a first prompt must fit a role call")

@@ -11,8 +11,8 @@ worker registers envace even where the `verl.plugins` entry point is not install
 key or a bad value fails there, before any cluster time is spent.
 
 Departures from the reference launcher: verl 0.9.1's V1 trainer instead of a forked verl 0.3; one
-optimizer step per training step comes from the envace trainer (`envace.single_update`) rather than an
-adaptive mini-batch size.
+optimizer step per training step (or `ppo_mini_batches` x `ppo_epochs`) comes from the envace trainer
+(`envace.single_update`) rather than an adaptive mini-batch size.
 """
 
 from __future__ import annotations
@@ -81,9 +81,12 @@ def build_overrides(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None
         (f"{arr}.model.use_remove_padding", True),
         (f"{arr}.model.enable_gradient_checkpointing", True),
         (f"{arr}.actor.optim.lr", cfg.lr),
-        (f"{arr}.actor.ppo_mini_batch_size", cfg.train_batch_size),
+        # M mini-batches of train_batch_size / M prompts each, ppo_epochs passes: the embedded trainer's
+        # algo.ppo_mini_batches / algo.ppo_epochs (with envace.single_update the envace trainer makes it
+        # exactly M optimizer steps per epoch whatever the number of role-call rows)
+        (f"{arr}.actor.ppo_mini_batch_size", cfg.train_batch_size // cfg.ppo_mini_batches),
         (f"{arr}.actor.ppo_micro_batch_size_per_gpu", cfg.micro_batch_per_gpu),
-        (f"{arr}.actor.ppo_epochs", 1),
+        (f"{arr}.actor.ppo_epochs", cfg.ppo_epochs),
         (f"{arr}.actor.clip_ratio_low", cfg.clip_low),
         (f"{arr}.actor.clip_ratio_high", cfg.clip_high),
         (f"{arr}.actor.clip_ratio_c", cfg.dual_clip_c),
@@ -142,7 +145,8 @@ def build_overrides(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None
         kv.append(("trainer.default_local_dir", cfg.checkpoint_dir))
     out = [f"{k}={hydra_value(v)}" for k, v in kv]
     # new keys: '+' adds them to verl's struct config
-    out += [f"+{k}={hydra_value(v)}" for k, v in _flat(LOOP_SECTION, cfg.loop.model_dump(mode="json"))]
+    loop = cfg.loop.model_copy(update={"ppo_mini_batches": cfg.ppo_mini_batches})
+    out += [f"+{k}={hydra_value(v)}" for k, v in _flat(LOOP_SECTION, loop.model_dump(mode="json"))]
     for name, value in job_env(cfg, environ).items():
         out.append(f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}={hydra_value(value)}")
     return out + list(cfg.overrides)

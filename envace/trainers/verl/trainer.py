@@ -8,14 +8,17 @@ A subclass of verl's synchronous trainer (`PPOTrainerSync`) that changes two ste
   token-level advantages back. verl's own step, by contrast, keeps only each session's LAST row for
   GRPO and broadcasts its advantage to the session's other rows, which would erase the roles. KL in
   the reward and rollout correction are applied as in verl's step. Any other estimator runs verl's step.
-- `_update_actor`: with `envace.single_update` (default) the actor takes ONE optimizer step per
-  training step, as in the paper: the mini-batch is the whole (padded) batch, whatever number of role
-  calls it holds. verl would otherwise split rows into mini-batches of ppo_mini_batch_size x n rows,
-  and a step of EnvACE rows (one per role call) is several times that.
+- `_update_actor`: with `envace.single_update` (default) the actor takes exactly `envace.ppo_mini_batches`
+  optimizer steps per epoch (1 = the paper's one step per training step; `actor.ppo_epochs` epochs): the
+  mini-batch is 1/M of the (padded) batch, whatever number of role calls it holds, and the batch is
+  padded to a multiple of M x lcm(n, data-parallel size) so it splits evenly. verl would otherwise split
+  rows into mini-batches of ppo_mini_batch_size x n rows, and a step of EnvACE rows (one per role call)
+  is several times that.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -87,19 +90,30 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
                                      batch_size=len(batch))
         return _tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
 
+    def _get_required_batch_multiple(self, dp_size: int) -> int:
+        if not self.envace_settings.single_update:
+            return super()._get_required_batch_multiple(dp_size)
+        # M equal mini-batches, each a whole number of n-row units (verl multiplies by n) and of dp shards
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        multiple = self.envace_settings.ppo_mini_batches * math.lcm(n, dp_size)
+        if self.use_critic:  # the critic keeps verl's own mini-batches
+            multiple = math.lcm(multiple, int(self.config.critic.ppo_mini_batch_size) * n)
+        return multiple
+
     def _update_actor(self, batch: Any, metrics: dict) -> Any:
         if not self.envace_settings.single_update:
             return super()._update_actor(batch, metrics)
         actor = self.config.actor_rollout_ref.actor
         n = int(self.config.actor_rollout_ref.rollout.n)
+        m = self.envace_settings.ppo_mini_batches
         rows = len(batch)
-        if rows % n:
-            raise ValueError(f"{rows} rows are not a multiple of rollout.n={n}; verl pads batches to "
-                             "ppo_mini_batch_size x n, so check actor.ppo_mini_batch_size")
+        if rows % (n * m):
+            raise ValueError(f"{rows} rows are not a multiple of rollout.n x envace.ppo_mini_batches = {n} x {m}; "
+                             "the envace trainer pads batches to that multiple, so check trainer.v1.trainer_mode")
         previous = actor.ppo_mini_batch_size
-        # verl sizes the mini-batch as ppo_mini_batch_size x n rows: make that the whole batch, for this call only
+        # verl sizes the mini-batch as ppo_mini_batch_size x n rows: make that 1/M of the batch, for this call only
         with open_dict(actor):
-            actor.ppo_mini_batch_size = rows // n
+            actor.ppo_mini_batch_size = rows // (n * m)
         try:
             return super()._update_actor(batch, metrics)
         finally:
