@@ -1,16 +1,23 @@
-"""Does the embedded default learn? SFT once, then a fixed RL budget per method and RL seed, each
-evaluated with the REAL environment over several evaluation seeds.
+"""Does RL on the embedded default learn? One SFT checkpoint, then a fixed RL budget per method and RL
+seed, each compared with the SFT start PAIRED: the same held-out tasks and the same sampling seeds, the
+per-task difference with a 95 % interval (seeded bootstrap over tasks; paired t beside it).
 
-    .venv/bin/python bench/learning_signal.py --out runs/signal            # full (~60 min on 2 idle cores)
-    .venv/bin/python bench/learning_signal.py --out runs/signal2 --sft-dir runs/signal/sft   # reuse the SFT
-    .venv/bin/python bench/learning_signal.py --out /tmp/sig --quick       # smoke
+    # the SFT start (the demo's recipe: 1400 steps x 16 on 3000 tasks), once
+    .venv/bin/python bench/learning_signal.py --sft-dir runs/signal/sft --make-sft
+    # a recipe on the VALIDATION split (choose recipes here), results appended as JSON lines
+    .venv/bin/python bench/learning_signal.py --sft-dir runs/signal/sft --out runs/signal/r1 \\
+        --config configs/train/envace_signal.yaml --methods envace --rl-seeds 0 --split val
+    # the learning-signal table: read the TEST split once, >= 3 RL seeds per method
+    .venv/bin/python bench/learning_signal.py --sft-dir runs/signal/sft --out runs/signal/test \\
+        --config configs/train/envace_signal.yaml --methods envace,grpo_env,per_role --rl-seeds 0,1,2 --split test
+    .venv/bin/python bench/learning_signal.py --out /tmp/sig --quick      # smoke (a minute)
 
-Reports, for the SFT checkpoint and every (method, RL seed): held-out test tasks (unseen entity x task
-shape pairs) and fresh training-distribution tasks, each greedy and at T=1 (mean over eval seeds);
-success (verifiable end state) and checklist reward; rehearsal fidelity (exact match / JSON validity of
-rehearsed vs real responses); wall time. The baseline every number is compared with is the SFT
-checkpoint measured in the same run. Never tunes on the test split: all choices were made on the
-training distribution.
+Baseline: the SFT checkpoint, scored in the same process on the same tasks and seeds (its scores are
+cached beside the SFT model per (split, tasks, seeds, temperature), so every run compares against the
+identical numbers). Metrics: success (verified end state) and checklist reward, greedy and at T=1 with
+`--eval-seeds` samples per task, pass@n next to pass@1. Per method: the change pooled over RL seeds
+(the per-task mean over seeds' checkpoints, paired bootstrap against SFT) and the spread over seeds
+(mean ± t interval of the per-seed changes). Wall time per run is the RL training time.
 """
 
 from __future__ import annotations
@@ -18,138 +25,183 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from envace.config import RolloutConfig, SamplingConfig
-from envace.engines.hf import HFEngine
-from envace.evaluation.world import evaluate_world
-from envace.models.corpus import world_corpus
-from envace.models.loading import load_policy
-from envace.models.tiny import TinyModelConfig, init_tiny_model
-from envace.trainers.config import DataConfig, SFTConfig, TrainConfig
-from envace.trainers.embedded import train
-from envace.trainers.sft import sft
-from envace.types import Role
-from envace.worlds.generator import generate_tasks
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from envace.config import load_config  # noqa: E402
+from envace.evaluation.paired import (Split, TaskScores, compare, engine_for, held_out_tasks, load_or_score,  # noqa: E402
+                                      mean_interval, paired_bootstrap)
+from envace.trainers.config import TrainConfig  # noqa: E402
 
 METHODS = {
-    "envace": {"rollout": {"mode": "rehearse"}},
-    "grpo_env": {"rollout": {"mode": "env"}},
-    "per_role": {"rollout": {"mode": "rehearse"}, "policy": "per_role"},
+    "envace": ["rollout.mode=rehearse"],
+    "grpo_env": ["rollout.mode=env"],
+    "per_role": ["rollout.mode=rehearse", "policy=per_role"],
 }
+SFT_RECIPE = {"corpus_tasks": 600, "sft_tasks": 3000, "sft_steps": 1400}  # the demo's (envace/demo.py)
 
 
-def evaluate(model_dir: Path, held_out, in_dist, eval_seeds: list[int], rehearse_dir: Path | None = None) -> dict:
-    """`rehearse_dir`: the per-role ablation's Rehearse model (Act is `model_dir`)."""
-    engine = HFEngine(*load_policy(model_dir))
-    if rehearse_dir is not None:
-        engine = {Role.ACT: engine, Role.REHEARSE: HFEngine(*load_policy(rehearse_dir))}
-    rollout = RolloutConfig(mode="env", act=SamplingConfig(temperature=0.0, max_new_tokens=64),
-                            rehearse=SamplingConfig(temperature=0.0, max_new_tokens=48))
+def make_sft(sft_dir: Path, steps: int, tasks: int, corpus_tasks: int, seed: int = 0) -> dict:
+    from envace.models.corpus import world_corpus
+    from envace.models.tiny import TinyModelConfig, init_tiny_model
+    from envace.trainers.config import DataConfig, SFTConfig
+    from envace.trainers.sft import sft
+
+    tiny = init_tiny_model(world_corpus(corpus_tasks, seed=seed), sft_dir.parent / "tiny", TinyModelConfig(seed=seed))
+    return sft(SFTConfig(model=str(tiny), out_dir=str(sft_dir), steps=steps, seed=seed, progress=False,
+                         data=DataConfig(n_tasks=tasks, seed=seed)))
+
+
+def score_checkpoint(model_dir: Path, rehearse_dir: Path | None, tasks, eval_seeds: list[int],
+                     cache_dir: Path | None) -> dict[str, TaskScores]:
+    """Greedy (one pass) and T=1 (one pass per eval seed) per-task scores."""
+    split = tasks[0].meta["split"]
     out = {}
-    for name, tasks in (("held_out", held_out), ("in_dist", in_dist)):
-        g = evaluate_world(engine, tasks, rollout, seeds=[0], temperature=0.0, with_fidelity=(name == "held_out"))
-        s = evaluate_world(engine, tasks, rollout, seeds=eval_seeds, temperature=1.0, with_fidelity=False)
-        out[name] = {"greedy_success": g["success"], "greedy_reward": g["reward"],
-                     "t1_success": s["success"], "t1_reward": s["reward"],
-                     "t1_success_per_seed": s["success_per_seed"], "t1_reward_per_seed": s["reward_per_seed"]}
-        if "fidelity" in g:
-            out["fidelity"] = {k: g["fidelity"].get(k) for k in ("pairs", "json_valid", "schema_ok", "exact_match", "field_f1",
-                                                               "determined_pairs", "determined_exact_match")}
+    for name, seeds, temp in (("greedy", [0], 0.0), ("t1", eval_seeds, 1.0)):
+        cache = None
+        if cache_dir is not None:
+            cache = cache_dir / f"{split}_{len(tasks)}_{name}_{'-'.join(map(str, seeds))}.json"
+        out[name] = load_or_score(cache, lambda: engine_for(model_dir, rehearse_dir), tasks, seeds=seeds,
+                                  temperature=temp)
     return out
+
+
+def train_one(args, method: str, seed: int, out: Path) -> tuple[Path, Path | None, dict]:
+    from envace.trainers.embedded import train
+
+    overrides = [f"model={args.sft_dir / 'model'}", f"out_dir={out}", f"seed={seed}", "progress=false",
+                 "tracking.enabled=false", *METHODS[method], *args.set]
+    tcfg = load_config(TrainConfig, args.config, overrides)
+    tcfg = tcfg.model_copy(update={"save_every": tcfg.steps, "keep_checkpoints": 1})
+    t0 = time.perf_counter()
+    res = train(tcfg)
+    wall = time.perf_counter() - t0
+    hist = res.history
+    info = {"wall_s": wall, "steps": tcfg.steps, "prompts_per_step": tcfg.prompts_per_step, "k": tcfg.k,
+            "lr": tcfg.optim.lr, "train_reward_first": hist[0]["reward/mean"], "train_reward_last": hist[-1]["reward/mean"],
+            "train_reward_last5": statistics.mean(h["reward/mean"] for h in hist[-5:]),
+            "train_reward_first5": statistics.mean(h["reward/mean"] for h in hist[:5])}
+    per_role = tcfg.policy == "per_role"
+    ckpt = res.checkpoint
+    return ckpt / ("act" if per_role else "policy"), (ckpt / "rehearse" if per_role else None), info
+
+
+def row_of(cmp: dict) -> dict:
+    return {k: {kk: round(vv, 5) if isinstance(vv, float) else vv for kk, vv in v.items()} if isinstance(v, dict) else v
+            for k, v in cmp.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="runs/signal")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--sft-steps", type=int, default=1400)
-    ap.add_argument("--sft-tasks", type=int, default=6000)
-    ap.add_argument("--sft-dir", default=None, help="reuse this SFT output dir (holds model/ and sft_summary.json)")
-    ap.add_argument("--rl-steps", type=int, default=30)
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--k", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--sft-dir", type=Path, default=None, help="SFT output dir (model/ inside); default <out>/sft")
+    ap.add_argument("--make-sft", action="store_true", help="only build the SFT checkpoint (the demo's recipe)")
+    ap.add_argument("--config", default=str(ROOT / "configs/train/envace_signal.yaml"), help="RL budget (TrainConfig YAML)")
+    ap.add_argument("--set", action="append", default=[], help="extra TrainConfig key=value for every run")
     ap.add_argument("--methods", default="envace,grpo_env,per_role")
     ap.add_argument("--rl-seeds", default="0,1,2")
-    ap.add_argument("--eval-seeds", default="0,1,2")
-    ap.add_argument("--eval-tasks", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--eval-seeds", default="0,1", help="T=1 samples per task (pass@n uses all of them)")
+    ap.add_argument("--eval-tasks", type=int, default=1000)
+    ap.add_argument("--split", choices=[s.value for s in Split], default="val",
+                    help="val to choose recipes; test read once for a reported number")
+    ap.add_argument("--results", default=None, help="append one JSON line per run here")
+    ap.add_argument("--tag", default="", help="label stored with each result line")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--n-boot", type=int, default=10_000)
     args = ap.parse_args()
     if args.quick:
-        args.sft_steps, args.rl_steps, args.prompts, args.k, args.eval_tasks = 20, 2, 2, 2, 6
-        args.rl_seeds, args.eval_seeds = "0", "0"
-    if args.threads:
-        torch.set_num_threads(args.threads)
+        args.eval_tasks, args.rl_seeds, args.eval_seeds, args.methods = 6, "0", "0,1", "envace,grpo_env"
+        args.set = [*args.set, "steps=2", "prompts_per_step=2", "k=2"]
+    torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rl_seeds = [int(s) for s in args.rl_seeds.split(",")]
+    args.sft_dir = args.sft_dir or out / "sft"
+    if not (args.sft_dir / "model" / "config.json").is_file():
+        recipe = {"sft_steps": 20, "sft_tasks": 100, "corpus_tasks": 60} if args.quick else SFT_RECIPE
+        t0 = time.perf_counter()
+        s = make_sft(args.sft_dir, recipe["sft_steps"], recipe["sft_tasks"], recipe["corpus_tasks"])
+        print(f"SFT: {json.dumps(s, default=str)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if args.make_sft:
+        return
+    tasks = held_out_tasks(args.split, args.eval_tasks)
     eval_seeds = [int(s) for s in args.eval_seeds.split(",")]
-    held_out = generate_tasks(args.eval_tasks, "test", 0)
-    in_dist = generate_tasks(args.eval_tasks, "train", 777)  # fresh train-distribution tasks (own seed)
-    report: dict = {"args": vars(args), "runs": {}}
     t0 = time.perf_counter()
-    if args.sft_dir:
-        sft_dir = Path(args.sft_dir)
-        sft_sum = json.loads((sft_dir / "sft_summary.json").read_text())
-    else:
-        sft_dir = out / "sft"
-        tiny = init_tiny_model(world_corpus(600, seed=0), out / "tiny", TinyModelConfig(seed=0))
-        sft_sum = sft(SFTConfig(model=str(tiny), out_dir=str(sft_dir), steps=args.sft_steps, progress=False,
-                                data=DataConfig(n_tasks=args.sft_tasks, seed=0)))
-    report["sft"] = sft_sum
-    report["runs"]["sft"] = {"eval": evaluate(sft_dir / "model", held_out, in_dist, eval_seeds),
-                             "wall_s": sft_sum["wall_s"]}
-    print(json.dumps({"sft": report["runs"]["sft"]}, indent=1), flush=True)
+    base = score_checkpoint(args.sft_dir / "model", None, tasks, eval_seeds, args.sft_dir / "eval_cache")
+    print(f"SFT scored ({time.perf_counter() - t0:.0f} s, cached): greedy success {base['greedy'].success.mean():.3f} "
+          f"reward {base['greedy'].reward.mean():.3f}; T=1 success {base['t1'].success.mean():.3f} "
+          f"reward {base['t1'].reward.mean():.3f}", flush=True)
+    report = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": {}}
+    per_method: dict[str, list[dict[str, TaskScores]]] = {}
     for method in args.methods.split(","):
-        for seed in rl_seeds:
-            tcfg = TrainConfig.model_validate({
-                "model": str(sft_dir / "model"), "out_dir": str(out / f"{method}_s{seed}"), "steps": args.rl_steps,
-                "prompts_per_step": args.prompts, "k": args.k, "save_every": args.rl_steps, "seed": seed,
-                "optim": {"lr": args.lr}, "data": {"n_tasks": 3000, "seed": 1}, "progress": False,
-                "tracking": {"enabled": False}, **METHODS[method]})
+        for seed in (int(s) for s in args.rl_seeds.split(",")):
+            name = f"{method}_s{seed}"
+            act, reh, info = train_one(args, method, seed, out / name)
             t1 = time.perf_counter()
-            res = train(tcfg)
-            wall = time.perf_counter() - t1
-            per_role = tcfg.policy == "per_role"
-            ckpt = res.checkpoint / ("act" if per_role else "policy")
-            run = {"eval": evaluate(ckpt, held_out, in_dist, eval_seeds,
-                                    res.checkpoint / "rehearse" if per_role else None), "wall_s": wall,
-                   "train_reward_first": res.history[0]["reward/mean"], "train_reward_last": res.history[-1]["reward/mean"],
-                   "groups_with_variance": statistics.mean(h["reward/groups_with_variance"] for h in res.history)}
-            report["runs"][f"{method}_s{seed}"] = run
-            print(json.dumps({f"{method}_s{seed}": run}, indent=1), flush=True)
+            scores = score_checkpoint(act, reh, tasks, eval_seeds, out / name / "eval_cache")
+            info["eval_s"] = time.perf_counter() - t1
+            per_method.setdefault(method, []).append(scores)
+            run = {"method": method, "seed": seed, "split": args.split, "tasks": len(tasks), "tag": args.tag,
+                   "config": args.config, "set": args.set, **info,
+                   "greedy": row_of(compare(base["greedy"], scores["greedy"], n_boot=args.n_boot)),
+                   "t1": row_of(compare(base["t1"], scores["t1"], n_boot=args.n_boot))}
+            report["runs"][name] = run
+            print(json.dumps(run), flush=True)
+            if args.results:
+                with open(args.results, "a") as f:
+                    f.write(json.dumps(run) + "\n")
             (out / "report.json").write_text(json.dumps(report, indent=2))
-    report["wall_s"] = time.perf_counter() - t0
+    report["methods"] = summarize(base, per_method, args.n_boot)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     print_table(report)
 
 
+def summarize(base: dict[str, TaskScores], per_method: dict[str, list[dict[str, TaskScores]]], n_boot: int) -> dict:
+    """Per method and metric: the change pooled over RL seeds (per-task mean over the seeds' checkpoints,
+    paired bootstrap vs SFT) and mean ± t interval of the per-seed changes."""
+    out = {}
+    for method, runs in per_method.items():
+        m = {}
+        for mode in ("greedy", "t1"):
+            for metric in ("success", "reward"):
+                b = base[mode].metric(metric)
+                per_seed = [r[mode].metric(metric).mean() - b.mean() for r in runs]
+                pooled = np.mean([r[mode].metric(metric).mean(axis=1) for r in runs], axis=0)
+                boot = paired_bootstrap(b, pooled, n_boot=n_boot)
+                seeds_iv = mean_interval(np.array(per_seed)) if len(per_seed) > 1 else None
+                m[f"{mode}.{metric}"] = {"sft": float(b.mean()), "pooled_diff": boot.mean, "boot_lo": boot.lo,
+                                        "boot_hi": boot.hi, "per_seed": [float(x) for x in per_seed],
+                                        "seeds_lo": seeds_iv.lo if seeds_iv else None,
+                                        "seeds_hi": seeds_iv.hi if seeds_iv else None}
+        out[method] = m
+    return out
+
+
 def print_table(report: dict) -> None:
-    base = report["runs"]["sft"]["eval"]
-    print(f"\n{'run':14} {'HO greedy':>9} {'HO T=1':>7} {'HO T1 rew':>9} {'ID greedy':>9} {'ID T=1':>7} {'ID T1 rew':>9} {'fid.ex':>6} {'wall':>6}")
-    for name, run in report["runs"].items():
-        e = run["eval"]
-        print(f"{name:14} {e['held_out']['greedy_success']:9.3f} {e['held_out']['t1_success']:7.3f} "
-              f"{e['held_out']['t1_reward']:9.3f} {e['in_dist']['greedy_success']:9.3f} {e['in_dist']['t1_success']:7.3f} "
-              f"{e['in_dist']['t1_reward']:9.3f} {(e.get('fidelity') or {}).get('exact_match') or 0:6.3f} {run['wall_s']:6.0f}")
-    print(f"(baseline = the sft row, measured in the same run; eval-seed spread of SFT T=1 in-dist success: "
-          f"{min(base['in_dist']['t1_success_per_seed']):.3f}–{max(base['in_dist']['t1_success_per_seed']):.3f})")
-    print("\nper method, mean ± std over RL seeds, change vs SFT:")
-    for method in dict.fromkeys(n.rsplit("_s", 1)[0] for n in report["runs"] if n != "sft"):
-        runs = [r for n, r in report["runs"].items() if n.rsplit("_s", 1)[0] == method]
-        parts = []
-        for split in ("held_out", "in_dist"):
-            for key in ("greedy_success", "t1_success", "t1_reward"):
-                xs = [r["eval"][split][key] for r in runs]
-                sd = statistics.pstdev(xs) if len(xs) > 1 else 0.0
-                parts.append(f"{split}.{key} {statistics.mean(xs) - base[split][key]:+.3f}±{sd:.3f}")
-        fid = [(r["eval"].get("fidelity") or {}).get("exact_match") or 0.0 for r in runs]
-        parts.append(f"fid.exact {statistics.mean(fid):.3f}")
-        print(f"  {method} (n={len(runs)}, wall {statistics.mean(r['wall_s'] for r in runs):.0f} s/run): " + "; ".join(parts))
+    runs = report["runs"]
+    print(f"\n{'run':12} {'wall s':>7} {'train r 1st5→last5':>19}  Δ greedy success | Δ greedy reward | Δ T=1 success | "
+          f"Δ T=1 reward | Δ pass@n   (paired bootstrap 95 % vs SFT)")
+    for name, r in runs.items():
+        def c(mode, key):
+            x = r[mode].get(key)
+            return f"{x['diff']:+.3f} [{x['boot_lo']:+.3f},{x['boot_hi']:+.3f}]" if x else "-"
+        pk = next((k for k in r["t1"] if k.startswith("pass@")), None)
+        print(f"{name:12} {r['wall_s']:7.0f} {r['train_reward_first5']:8.3f} → {r['train_reward_last5']:.3f}  "
+              f"{c('greedy', 'success')} | {c('greedy', 'reward')} | {c('t1', 'success')} | {c('t1', 'reward')} | "
+              f"{c('t1', pk) if pk else '-'}")
+    print("\nper method (pooled over RL seeds: paired bootstrap; over seeds: mean ± t interval of per-seed changes):")
+    for method, m in report.get("methods", {}).items():
+        for key, v in m.items():
+            seeds = f"; seeds [{v['seeds_lo']:+.3f}, {v['seeds_hi']:+.3f}]" if v["seeds_lo"] is not None else ""
+            print(f"  {method:9} {key:15} SFT {v['sft']:.3f}  Δ {v['pooled_diff']:+.3f} "
+                  f"[{v['boot_lo']:+.3f}, {v['boot_hi']:+.3f}]{seeds}")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from prefect.tasks import exponential_backoff
 from envace.sweeps.cache import cell_cache_key
 from envace.sweeps.cells import calls_endpoint, resolve_cell_config, run_cell
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
+from envace.sweeps.prepare import SFTSpec, build_sft
 from envace.sweeps.results import (cells_frame, log_results, markdown_table, summarize, sweep_parent_run,
                                    write_results)
 
@@ -57,6 +58,26 @@ def cell_task(spec: CellSpec) -> dict[str, Any]:
     record = run_cell(spec)
     logger.info("cell %s: done in %.1f s; %s", spec.name, record["wall_s"], _short(record["metrics"]))
     return record
+
+
+@task(name="sft-checkpoint", cache_policy=NO_CACHE)
+def sft_task(name: str, spec: SFTSpec) -> dict[str, Any]:
+    """Build (or reuse: key file in the checkpoint dir, see envace.sweeps.prepare) one SFT checkpoint."""
+    info = build_sft(spec)
+    get_run_logger().info("SFT %s: %s in %.0f s -> %s", name, "cached" if info["cached"] else "built",
+                          info["wall_s"], info["model"])
+    return info
+
+
+def prepare_sft(cfg: SweepConfig) -> dict[str, dict[str, Any]]:
+    """The sweep's SFT checkpoints, built before any cell (in parallel up to max_workers); raises if one fails,
+    since the cells that start from it could not run."""
+    if not cfg.sft:
+        return {}
+    with cell_runner(cfg) as runner:
+        futures = {name: runner.submit(sft_task.with_options(task_run_name=f"sft[{name}]"), {"name": name, "spec": spec})
+                   for name, spec in cfg.sft.items()}
+        return {name: fut.result() for name, fut in futures.items()}
 
 
 def _cell_cache_key(context: Any, parameters: dict[str, Any]) -> str | None:
@@ -168,6 +189,7 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
     cfg = cfg.model_copy(update={"out_dir": str(out)})
     out.mkdir(parents=True, exist_ok=True)
     with sweep_parent_run(cfg) as parent:
+        sft_info = prepare_sft(cfg)
         cells = expand_cells(cfg, parent.run_id)
         logger.info("sweep %s: %d cells, %d at a time (%s); MLflow parent run %s in %s", cfg.name, len(cells),
                     cfg.max_workers, type(cell_runner(cfg)).__name__, parent.run_id, cfg.resolved_mlflow_uri())
@@ -183,6 +205,7 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
             "executed": [o.spec.name for o in outcomes if o.status is CellStatus.COMPLETED],
             "cached": [o.spec.name for o in outcomes if o.status is CellStatus.CACHED],
             "failed": failed,
+            "sft": sft_info,
             "child_runs": {o.spec.name: o.record.get("mlflow_run_id") for o in outcomes if o.record},
             "table": [{k: _clean(v) for k, v in row.items()} for row in table.to_dict("records")],
         }

@@ -22,21 +22,29 @@ Rules (EnvACE reference, with the departures noted):
 - In rehearse / simulator mode no real environment is created: `env_factory` is never called. An optional
   `shadow_env_factory` executes the same calls in a real environment only to record
   `Turn.real_observation` (rehearsal fidelity at evaluation); the policy never sees it.
+- `prefixes` starts each episode from a conversation so far (ending with a user message) instead of the
+  task's first user message; `on_user_turn` is called with the episodes that have just received a new
+  (replayed) user message, before they act on it. Test-time rehearsal uses both (envace.rollout.tts).
+- Chat-level engines (`engine.chat` true: a BenchPolicy behind envace.rollout.chat_engine) get the
+  conversation in `GenRequest.messages` instead of token ids; the same handlers and limits apply, the
+  context limit counted by the engine's `count_tokens`.
 The rollout never raises on model output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from envace.config import RolloutConfig
 from envace.engines.base import GenerationEngine, GenRequest, GenResult
-from envace.roles.act import act_prompt_ids, assistant_message, is_malformed, parse_act
+from envace.roles.act import assistant_message, chat_ids, is_malformed, parse_act
 from envace.roles.prompts import RESULT_CLOSE, simulator_system_prompt
-from envace.roles.rehearse import parse_execution_result, rehearse_messages, rehearse_prompt_ids
+from envace.roles.rehearse import parse_execution_result, rehearse_messages
 from envace.rollout.seeds import derive_seed
 from envace.rollout.state import EpisodeState, Phase
+from envace.toolcall import ParsedAct
 from envace.types import (
     Environment,
     ErrorCode,
@@ -55,6 +63,21 @@ ACT_STOP = ["<|im_end|>"]  # Act may write several calls: stop only at the end o
 REHEARSE_STOP = [RESULT_CLOSE]  # nothing after the result block is ever read
 
 TurnGate = Callable[[Trajectory, int], bool]
+UserTurnHook = Callable[[list[EpisodeState]], None]
+
+
+def is_chat_engine(engine: object) -> bool:
+    return bool(getattr(engine, "chat", False))
+
+
+def prompt_of(engine: GenerationEngine, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+              *, enable_thinking: bool = True) -> tuple[list[int], list[dict[str, Any]] | None, int]:
+    """(prompt ids, chat messages, prompt length in tokens) of an OpenAI-shape conversation for `engine`:
+    token ids from its chat template, or (chat engines) the messages themselves."""
+    if is_chat_engine(engine):
+        return [], conversation, int(engine.count_tokens(conversation, tools))  # type: ignore[attr-defined]
+    ids = chat_ids(engine.tokenizer, conversation, tools=tools, enable_thinking=enable_thinking)
+    return ids, None, len(ids)
 
 
 @dataclass
@@ -101,12 +124,17 @@ def _execute(env: Environment, call: ToolCall) -> Observation:
 
 def _start(task: Task, prompt_index: int, sample_index: int, mode: Mode,
            env_factory: Callable[[], Environment] | None,
-           shadow_env_factory: Callable[[], Environment] | None) -> EpisodeState:
+           shadow_env_factory: Callable[[], Environment] | None,
+           prefix: list[Message] | None = None) -> EpisodeState:
     traj = Trajectory(task=task, prompt_index=prompt_index, sample_index=sample_index, mode=mode)
-    if task.system_prompt is not None:
-        traj.messages.append(Message(role="system", content=task.system_prompt))
-    traj.messages.append(Message(role="user", content=task.user_turns[0]))
-    st = EpisodeState(traj=traj)
+    if prefix is not None:  # resume a conversation: its last message is the user turn being answered
+        traj.messages.extend(prefix)
+        st = EpisodeState(traj=traj, user_turn=sum(m.role == "user" for m in prefix) - 1)
+    else:
+        if task.system_prompt is not None:
+            traj.messages.append(Message(role="system", content=task.system_prompt))
+        traj.messages.append(Message(role="user", content=task.user_turns[0]))
+        st = EpisodeState(traj=traj)
     if mode is Mode.ENV:
         st.env = env_factory()  # type: ignore[misc]  # checked by run_rollout
         st.env.reset(task)
@@ -138,13 +166,16 @@ def prepare_act(run: _Run, st: EpisodeState) -> GenRequest | None:
         st.phase = st.finish(TerminationReason.MAX_TURNS)
         return None
     sampling = run.cfg.act
-    ids = act_prompt_ids(run.policy.tokenizer, st.history, st.traj.task.tools, enable_thinking=run.enable_thinking)
-    if len(ids) + sampling.max_new_tokens > run.cfg.max_context_tokens:
+    tools = st.traj.task.tools
+    ids, chat, n_tokens = prompt_of(run.policy, [m.to_openai() for m in st.history], tools,
+                                    enable_thinking=run.enable_thinking)
+    if n_tokens + sampling.max_new_tokens > run.cfg.max_context_tokens:
         st.phase = st.finish(TerminationReason.CONTEXT_LIMIT)
         return None
     return GenRequest(prompt_ids=ids, temperature=sampling.temperature, top_p=sampling.top_p,
                       max_new_tokens=sampling.max_new_tokens, stop=list(ACT_STOP),
-                      seed=run.seed_for(st, Role.ACT, st.assistant_turns))
+                      seed=run.seed_for(st, Role.ACT, st.assistant_turns), messages=chat,
+                      tools=tools if chat is not None else None)
 
 
 def handle_act(run: _Run, st: EpisodeState, req: GenRequest, res: GenResult) -> Phase:
@@ -152,6 +183,8 @@ def handle_act(run: _Run, st: EpisodeState, req: GenRequest, res: GenResult) -> 
     st.assistant_turns += 1
     tools = st.traj.task.tools
     parsed = parse_act(res.text, tools)
+    if res.meta.get("parse_error") is not None and not is_malformed(parsed):  # a chat engine's own verdict
+        parsed = ParsedAct(content=res.text, error=res.meta["parse_error"], detail=str(res.meta.get("detail", "")))
     malformed = is_malformed(parsed)
     turn = Turn(role=Role.ACT, prompt_ids=list(req.prompt_ids), response_ids=list(res.token_ids),
                 logprobs=list(res.logprobs), text=res.text, temperature=req.temperature,
@@ -219,15 +252,15 @@ def _rehearse_observe_round(run: _Run, states: list[EpisodeState]) -> None:
         for j, call in enumerate(st.pending[st.cursor:]):
             msgs = rehearse_messages(st.traj.task, history, st.latest_act_text, call,
                                      few_shot=run.cfg.few_shot, style=run.rehearse_style)
-            ids = rehearse_prompt_ids(engine.tokenizer, msgs, enable_thinking=run.enable_thinking)
-            if len(ids) + sampling.max_new_tokens > run.cfg.max_context_tokens:
+            ids, chat, n_tokens = prompt_of(engine, msgs, None, enable_thinking=run.enable_thinking)
+            if n_tokens + sampling.max_new_tokens > run.cfg.max_context_tokens:
                 st.phase = st.finish(TerminationReason.CONTEXT_LIMIT)
                 mine = []
                 break
             seed = run.seed_for(st, Role.REHEARSE, st.rehearse_generations + j)
             mine.append((st, call, GenRequest(prompt_ids=ids, temperature=sampling.temperature,
                                               top_p=sampling.top_p, max_new_tokens=sampling.max_new_tokens,
-                                              stop=list(REHEARSE_STOP), seed=seed)))
+                                              stop=list(REHEARSE_STOP), seed=seed, messages=chat)))
         jobs.extend(mine)
     results = _generate(engine, [req for _, _, req in jobs])
     answers: dict[int, list[Observation]] = {}
@@ -258,7 +291,9 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
                 simulator: GenerationEngine | None = None, step: int = 0, seed: int = 0,
                 turn_gate: TurnGate | None = None,
                 shadow_env_factory: Callable[[], Environment] | None = None,
-                rehearse_style: str | None = None, enable_thinking: bool = True) -> list[Trajectory]:
+                rehearse_style: str | None = None, enable_thinking: bool = True,
+                prefixes: Sequence[list[Message]] | None = None,
+                on_user_turn: UserTurnHook | None = None) -> list[Trajectory]:
     """Roll out K episodes per task; returns trajectories ordered by (task position, sample index).
 
     `mode` wins over `cfg.mode` (callers such as test-time rehearsal run one config in several modes).
@@ -266,6 +301,8 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
     required checklist items of that turn passed); default: always.
     `policy` is one engine for both roles (shared weights), or `{Role.ACT: e1, Role.REHEARSE: e2}` for
     the per-role-policy ablation. `rehearse_style` defaults to `cfg.rehearse_style`.
+    `prefixes[p]` (optional) is the conversation task p's episodes start from (ending with a user
+    message); `on_user_turn(states)` sees the episodes that just received a replayed user message.
     """
     if isinstance(policy, Mapping):
         missing = {Role.ACT, Role.REHEARSE} - set(policy)
@@ -286,14 +323,26 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
     for i, task in enumerate(tasks):
         if not task.user_turns:
             raise ValueError(f"task {i} ({task.uuid!r}) has no user message; every task needs one to start")
+    if prefixes is not None:
+        if len(prefixes) != len(tasks):
+            raise ValueError(f"prefixes has {len(prefixes)} conversations for {len(tasks)} tasks; pass one per task")
+        for i, prefix in enumerate(prefixes):
+            if not prefix or prefix[-1].role != "user":
+                raise ValueError(f"prefixes[{i}] must end with the user message to answer")
     run = _Run(policy=act_engine, rehearser=rehearse_engine, cfg=cfg, mode=mode, simulator=simulator, step=step, seed=seed,
                turn_gate=turn_gate, rehearse_style=rehearse_style, enable_thinking=enable_thinking)
-    states = [_start(task, p, s, mode, env_factory, shadow_env_factory)
+    states = [_start(task, p, s, mode, env_factory, shadow_env_factory,
+                     list(prefixes[p]) if prefixes is not None else None)
               for p, task in enumerate(tasks) for s in range(k)]
     while True:
+        advanced = []
         for st in states:
             if st.phase is Phase.NEXT_USER:
                 st.phase = handle_next_user(run, st)
+                if st.phase is Phase.ACT:
+                    advanced.append(st)
+        if advanced and on_user_turn is not None:
+            on_user_turn(advanced)
         acting = [st for st in states if st.phase is Phase.ACT]
         if not acting:
             break

@@ -4,7 +4,7 @@ A sweep YAML (`SweepConfig`) names a base cell config (a `TrainConfig` YAML for 
 `EvalConfig` YAML or none for `kind: eval`), overrides shared by every cell, and `axes`. Each axis is
 either a mapping `level name -> [key=value, ...]` (named variants, e.g. `envace: []`,
 `grpo_env: [rollout.mode=env]`) or a list of scalars, in which case the axis name is the config key
-(`tts_n: [1, 2, 3]` gives the levels `tts_n=1`, ...). Cells are the Cartesian product of the axes (minus
+(`tts_n: [0, 1, 2]` gives the levels `tts_n=0`, ...). Cells are the Cartesian product of the axes (minus
 `exclude`d combinations) × `seeds`. A cell is fully described by a `CellSpec`, which is what a Prefect
 task receives: it can be run, cached and retried on its own.
 
@@ -24,9 +24,16 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from envace.config import BaseConfig, ConfigError
+from envace.sweeps.prepare import SFTSpec
 
 Scalar = str | int | float | bool
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+_SFT_REF = re.compile(r"\{sft:([A-Za-z0-9_.-]+)\}")
+
+
+def resolve_sft_refs(text: str, sft: dict[str, SFTSpec]) -> str:
+    """`model={sft:small}` -> `model=<sft.small.out>/model`."""
+    return _SFT_REF.sub(lambda m: str(sft[m.group(1)].model_dir()), text)
 
 
 def fmt_value(v: Scalar) -> str:
@@ -52,7 +59,7 @@ class SweepConfig(BaseConfig):
     axes: dict[str, dict[str, list[str] | str] | list[Scalar]] = Field(
         default_factory=dict, description="Grid axes: {axis: {level: [key=value, ...]}} or {config.key: [values]}.")
     exclude: list[dict[str, Scalar]] = Field(
-        default_factory=list, description="Level combinations to skip, e.g. {tts_n: 1, tts_mode: sequential}.")
+        default_factory=list, description="Level combinations to skip, e.g. {tts_n: 0, tts_mode: sequential}.")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Seeds; one cell per seed.")
     eval_overrides: list[str] | None = Field(
         None, description="kind=train: evaluate each final checkpoint with these EvalConfig overrides (None: no eval).")
@@ -68,6 +75,12 @@ class SweepConfig(BaseConfig):
     retry_backoff_s: float = Field(10.0, ge=0, description="Exponential backoff factor of those retries (s).")
     cache: bool = Field(True, description="Skip cells whose config, input data and code are unchanged.")
     artifact_dir: str = Field("sweep", description="MLflow artifact folder of the results (sweep/, tts/).")
+    sft: dict[str, SFTSpec] = Field(
+        default_factory=dict, description="SFT checkpoints built (or reused, cached) before the cells; overrides "
+                                          "name one's model as {sft:NAME} (envace.sweeps.prepare).")
+    baselines: dict[str, str] = Field(
+        default_factory=dict, description="Base (no RL) rows: {level name: sft name}; each is an evaluation cell "
+                                          "per seed of that SFT model with eval_overrides, on the first axis.")
 
     @model_validator(mode="after")
     def _check(self) -> "SweepConfig":
@@ -84,6 +97,20 @@ class SweepConfig(BaseConfig):
                     if "=" not in item:
                         raise ConfigError(f"sweep {self.name!r}: axis {axis!r} level {level!r}: override {item!r} "
                                           f"is not key=value")
+        for text in [*self.overrides, *(self.eval_overrides or []),
+                     *(ov for a, spec in self.axes.items() for _, ovs in axis_levels(a, spec) for ov in ovs)]:
+            for name in _SFT_REF.findall(text):
+                if name not in self.sft:
+                    raise ConfigError(f"sweep {self.name!r}: {text!r} names {{sft:{name}}}, but `sft:` defines "
+                                      f"{sorted(self.sft) or 'no checkpoints'}; add it under sft:")
+        for level, name in self.baselines.items():
+            if name not in self.sft:
+                raise ConfigError(f"sweep {self.name!r}: baselines.{level} names SFT checkpoint {name!r}; `sft:` "
+                                  f"defines {sorted(self.sft) or 'none'}")
+            if self.eval_overrides is None:
+                raise ConfigError(f"sweep {self.name!r}: baselines need eval_overrides (how to evaluate them)")
+            if not self.axes:
+                raise ConfigError(f"sweep {self.name!r}: baselines are rows of the first axis; add an axis")
         for combo in self.exclude:
             for axis, level in combo.items():
                 if axis not in self.axes:
@@ -149,6 +176,22 @@ def expand_cells(cfg: SweepConfig, parent_run_id: str | None = None) -> list[Cel
     out_root = Path(cfg.out_dir) / "cells"
     cells: list[CellSpec] = []
     seen: dict[str, str] = {}
+
+    def refs(items: list[str] | None) -> list[str] | None:
+        return None if items is None else [resolve_sft_refs(x, cfg.sft) for x in items]
+
+    first_axis = next(iter(cfg.axes), None)
+    for level, name in cfg.baselines.items():  # base (no RL) rows: evaluate the SFT model itself
+        levels = {a: (level if a == first_axis else "-") for a in cfg.axes}
+        group = ",".join(f"{a}={lv}" for a, lv in levels.items())
+        for seed in cfg.seeds:
+            cell = f"{group},seed={seed}"
+            seen[slugify(cell)] = cell
+            cells.append(CellSpec(
+                name=cell, group=group, levels=levels, seed=seed, kind="eval", base=None,
+                overrides=[*refs(cfg.eval_overrides), f"model={cfg.sft[name].model_dir()}"], eval_overrides=None,
+                out_dir=str(out_root / slugify(cell)), mlflow_uri=cfg.resolved_mlflow_uri(), experiment=cfg.experiment,
+                store_url=cfg.resolved_store_url(), parent_run_id=parent_run_id))
     for combo in itertools.product(*[levels for _, levels in axes]):
         levels = {axis: level for (axis, _), (level, _) in zip(axes, combo)}
         if any(all(levels.get(a) == lv for a, lv in ex.items()) for ex in excluded):
@@ -164,7 +207,7 @@ def expand_cells(cfg: SweepConfig, parent_run_id: str | None = None) -> list[Cel
             seen[slug] = name
             cells.append(CellSpec(
                 name=name, group=group or "all", levels=levels, seed=seed, kind=cfg.kind, base=cfg.base,
-                overrides=[*cfg.overrides, *level_overrides], eval_overrides=cfg.eval_overrides,
+                overrides=refs([*cfg.overrides, *level_overrides]), eval_overrides=refs(cfg.eval_overrides),
                 out_dir=str(out_root / slug), mlflow_uri=cfg.resolved_mlflow_uri(), experiment=cfg.experiment,
                 store_url=cfg.resolved_store_url(), parent_run_id=parent_run_id))
     if not cells:
@@ -172,12 +215,18 @@ def expand_cells(cfg: SweepConfig, parent_run_id: str | None = None) -> list[Cel
     return cells
 
 
-def tts_sweep_config(model: str, out_dir: str, *, n_values: list[int] = (1, 2, 3),
+def tts_sweep_config(model: str | list[str], out_dir: str, *, n_values: list[int] = (0, 1, 2, 3),
                      modes: list[str] = ("parallel", "sequential"), seeds: list[int] = (0,),
                      eval_overrides: list[str] = (), name: str = "tts", **fields: Any) -> SweepConfig:
-    """A TTS sweep: N × mode evaluation cells of one model. N=1 means no private rehearsal, so it is
-    run once (as `parallel`) instead of once per mode."""
-    exclude = [{"tts_n": 1, "tts_mode": m} for m in modes[1:]] if 1 in n_values and len(modes) > 1 else []
-    return SweepConfig(name=name, kind="eval", overrides=[f"model={model}", *eval_overrides],
-                       axes={"tts_n": list(n_values), "tts_mode": list(modes)}, exclude=exclude,
+    """A TTS sweep: (model ×) N × mode evaluation cells. N counts private rehearsals; N=0 is the plain
+    run, so it is run once (as the first mode) instead of once per mode. A list of models (e.g. the SFT
+    checkpoint and the RL one: base vs trained) becomes a `model` axis."""
+    exclude = [{"tts_n": 0, "tts_mode": m} for m in modes[1:]] if 0 in n_values and len(modes) > 1 else []
+    axes: dict[str, list[Any]] = {"tts_n": list(n_values), "tts_mode": list(modes)}
+    overrides = list(eval_overrides)
+    if isinstance(model, str):
+        overrides.insert(0, f"model={model}")
+    else:
+        axes = {"model": list(model), **axes}
+    return SweepConfig(name=name, kind="eval", overrides=overrides, axes=axes, exclude=exclude,
                        seeds=list(seeds), out_dir=out_dir, artifact_dir="tts", **fields)

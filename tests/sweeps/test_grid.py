@@ -43,10 +43,10 @@ def test_no_axes_gives_one_cell_per_seed():
 
 
 def test_exclude_drops_combinations():
-    cfg = tts_sweep_config("m", "/tmp/t", n_values=[1, 2, 3], modes=["parallel", "sequential"], seeds=[0, 1])
+    cfg = tts_sweep_config("m", "/tmp/t", n_values=[0, 1, 2], modes=["parallel", "sequential"], seeds=[0, 1])
     groups = list(dict.fromkeys(c.group for c in expand_cells(cfg)))
-    assert groups == ["tts_n=1,tts_mode=parallel", "tts_n=2,tts_mode=parallel", "tts_n=2,tts_mode=sequential",
-                      "tts_n=3,tts_mode=parallel", "tts_n=3,tts_mode=sequential"]
+    assert groups == ["tts_n=0,tts_mode=parallel", "tts_n=1,tts_mode=parallel", "tts_n=1,tts_mode=sequential",
+                      "tts_n=2,tts_mode=parallel", "tts_n=2,tts_mode=sequential"]
     assert cfg.artifact_dir == "tts" and cfg.kind == "eval"
 
 
@@ -76,7 +76,7 @@ def test_all_excluded_and_colliding_dirs_are_errors():
         expand_cells(make(axes={"v": {"a b": [], "a-b": []}}))
 
 
-@pytest.mark.parametrize("name, n_cells", [("paper_ablations", 18), ("tts", 15), ("example_two_cell", 2)])
+@pytest.mark.parametrize("name, n_cells", [("paper_ablations", 27), ("tts", 15), ("example_two_cell", 2)])
 def test_shipped_sweeps_expand_and_every_cell_config_validates(name, n_cells):
     cfg = load_config(SweepConfig, REPO / "configs" / "sweeps" / f"{name}.yaml")
     cells = expand_cells(cfg)
@@ -97,3 +97,34 @@ def test_paper_ablations_cover_the_papers_switches():
     assert by_group["variant=kl_on"].algo.use_kl is True and by_group["variant=envace"].algo.use_kl is False
     assert by_group["variant=rehearse_t0.01"].rollout.rehearse.temperature == 0.01
     assert by_group["variant=envace"].rollout.rehearse.temperature == 1.0
+
+
+def test_paper_ablations_build_their_sft_and_evaluate_base_rows():
+    cfg = load_config(SweepConfig, REPO / "configs/sweeps/paper_ablations.yaml")
+    cells = expand_cells(cfg)
+    default, small = (str(cfg.sft[n].model_dir()) for n in ("default", "small"))
+    by_group = {c.group: c for c in cells if c.seed == 0}
+    assert resolve_cell_config(by_group["variant=envace"]).model == default
+    assert resolve_cell_config(by_group["variant=envace_small"]).model == small
+    assert resolve_cell_config(by_group["variant=act_only_sim"]).rollout.simulator_model == default
+    base = by_group["variant=base"]
+    assert base.kind == "eval" and base.levels == {"variant": "base"}
+    ecfg = resolve_cell_config(base)
+    assert ecfg.model == default and ecfg.split == "test" and ecfg.seeds == [0]
+    assert resolve_cell_config(by_group["variant=base_small"]).model == small
+    assert cfg.sft["small"].tiny["hidden_size"] < 128  # two model sizes
+
+
+def test_sft_refs_and_baselines_are_validated():
+    sft = {"a": {"out": "/tmp/sft_a"}}
+    cells = expand_cells(make(sft=sft, overrides=["model={sft:a}"], axes={"v": {"x": []}}, seeds=[0, 1],
+                              baselines={"base": "a"}, eval_overrides=["n_tasks=2"]))
+    assert [c.name for c in cells] == ["v=base,seed=0", "v=base,seed=1", "v=x,seed=0", "v=x,seed=1"]
+    assert cells[0].all_overrides() == ["n_tasks=2", "model=/tmp/sft_a/model", "seeds=[0]"]
+    assert cells[2].all_overrides() == ["model=/tmp/sft_a/model", "seed=0"]
+    with pytest.raises(ValueError, match=r"\{sft:b\}"):
+        make(sft=sft, overrides=["model={sft:b}"])
+    with pytest.raises(ValueError, match="baselines.base names SFT checkpoint 'zz'"):
+        make(sft=sft, axes={"v": {"x": []}}, baselines={"base": "zz"}, eval_overrides=["n_tasks=2"])
+    with pytest.raises(ValueError, match="need eval_overrides"):
+        make(sft=sft, axes={"v": {"x": []}}, baselines={"base": "a"})
