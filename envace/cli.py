@@ -127,7 +127,7 @@ def train(args: list[str] = typer.Argument(None, help="[CONFIG] key=value ..."),
 @app.command("eval", context_settings={"allow_extra_args": True})
 def evaluate(checkpoint: Path = typer.Argument(..., help="Model dir or step_* checkpoint dir."),
              benchmarks: str = typer.Option("world", help="Comma list: world,bfcl,tau2,vita,finmcp."),
-             tts_n: int = typer.Option(1, help="Test-time rehearsals before acting (1 = none)."),
+             tts_n: int = typer.Option(0, help="Private test-time rehearsals before acting (0 = none)."),
              tts_mode: str = typer.Option("parallel", help="parallel | sequential."),
              overrides: list[str] = typer.Argument(None, help="EvalConfig key=value overrides.")):
     """Evaluate a checkpoint on the tool world and/or benchmarks, optionally with test-time rehearsal."""

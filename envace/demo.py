@@ -39,13 +39,14 @@ class DemoConfig(BaseConfig):
     eval_tasks: int = Field(100, ge=1, description="Held-out test tasks per evaluation.")
     eval_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], description="Sampling seeds for T=1 evaluation.")
     tts_tasks: int = Field(20, ge=1, description="Tasks in the TTS sweep.")
-    tts_n: list[int] = Field(default_factory=lambda: [1, 2], description="Rehearsal counts in the TTS sweep.")
+    tts_n: list[int] = Field(default_factory=lambda: [0, 2], description="Private rehearsal counts in the TTS sweep "
+                             "(0 = the plain run).")
     baseline: bool = Field(True, description="Also train standard GRPO in the real environment.")
 
 
 def quick_config(out: str) -> DemoConfig:
     return DemoConfig(out=out, corpus_tasks=60, sft_tasks=100, sft_steps=20, rl_steps=2, prompts_per_step=2, k=2,
-                      eval_tasks=6, eval_seeds=[0], tts_tasks=3, tts_n=[1, 2], baseline=True)
+                      eval_tasks=6, eval_seeds=[0], tts_tasks=3, tts_n=[0, 2], baseline=True)
 
 
 def _say(msg: str) -> None:
@@ -149,7 +150,7 @@ def _tts_sweep(ckpt_root: Path, cfg: DemoConfig) -> list[dict[str, Any]]:
     tasks = load_tasks(ecfg.data, split="test", n=cfg.tts_tasks)
     rows = []
     for n in cfg.tts_n:
-        for mode in (["parallel"] if n == 1 else ["parallel", "sequential"]):
+        for mode in (["parallel"] if n == 0 else ["parallel", "sequential"]):
             r = evaluate_world(engine, tasks, ecfg.rollout, seeds=[0], with_fidelity=False, tts_n=n, tts_mode=mode)
             rows.append({"n": n, "mode": mode, "success": r["success"], "reward": r["reward"]})
     return rows

@@ -39,7 +39,7 @@ def overall_report(results: Iterable[BenchmarkResult] | Mapping[str, BenchmarkRe
     departures = [f"{name}: {d}" for name, r in by.items() for d in r.departures]
     if missing:
         departures.append(f"Overall not computed: {', '.join(missing)} did not run")
-    if tts and tts.get("n", 1) > 1:
+    if tts and tts.get("n", 0) > 0:
         departures.append(f"test-time rehearsal N={tts['n']} ({tts.get('mode')}): not the paper's main-table setting")
     fin = by.get("finmcp")
     markdown = report_table(by, label)

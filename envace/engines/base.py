@@ -30,6 +30,10 @@ class GenRequest:
     max_new_tokens: int = 64
     stop: list[str] = field(default_factory=list)  # stop strings; the stop text is kept in the output
     seed: int | None = None  # per-request seed (derived from step, prompt, sample, role)
+    # chat-level engines (envace.rollout.chat_engine: a BenchPolicy behind this protocol) read the
+    # conversation instead of token ids; token engines leave these None and ignore them
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
 
 
 @dataclass

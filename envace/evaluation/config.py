@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from envace.config import BaseConfig, RolloutConfig, SamplingConfig
+from envace.rollout.tts_private import TTSConfig
 from envace.trainers.config import DataConfig, TrackingConfig
 
 
@@ -25,8 +26,12 @@ class EvalConfig(BaseConfig):
     data: DataConfig = Field(default_factory=lambda: DataConfig(split="test"), description="Task source.")
     rollout: RolloutConfig = Field(default_factory=_eval_rollout, description="Sampling and limits (mode is set per measurement).")
     fidelity: bool = Field(True, description="Also run a rehearse-mode pass and compare rehearsed vs real responses.")
-    tts_n: int = Field(1, ge=1, le=8, description="Private rehearsals before the committed execution (1 = none).")
+    tts_n: int = Field(0, ge=0, le=8, description="Private rehearsals before the committed execution (0 = none).")
     tts_mode: Literal["parallel", "sequential"] = Field("parallel", description="TTS mode.")
+    tts: TTSConfig = Field(default_factory=TTSConfig, description="Test-time rehearsal settings (temperatures, "
+                           "rehearse_at first | every user message, memory cap).")
+    user_sim_model: str | None = Field(None, description="Model dir of the τ² user simulator (its own engine); "
+                                       "None: the un-wrapped policy model, never the TTS policy.")
     bench_limit: int | None = Field(None, ge=1, description="Entries per benchmark category (quick runs).")
     out_dir: str | None = Field(None, description="Where to write eval tables (None: beside the model).")
     device: str | None = Field(None, description="cpu | cuda | None (auto).")

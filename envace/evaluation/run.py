@@ -52,6 +52,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
             tasks = load_tasks(cfg.data, split=cfg.split, n=cfg.n_tasks)
             results["world"] = evaluate_world(engine, tasks, cfg.rollout, k=cfg.k, seeds=cfg.seeds,
                                               with_fidelity=cfg.fidelity, tts_n=cfg.tts_n, tts_mode=cfg.tts_mode,
+                                              tts_options=cfg.tts,
                                               on_trajectories=store.put if store else None)
         others = [b for b in cfg.benchmarks if b != "world"]
         if others:
@@ -59,8 +60,13 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
             from envace.engines.chat_model import HFChatPolicy, LocalChatModel
 
             policy = HFChatPolicy(LocalChatModel(engine, name=model_dir.name))
+            # the user simulator is its own engine: a separate policy object (its own model when
+            # user_sim_model is set), never the TTS-wrapped one, so no rehearsal memory can reach it
+            user_sim = (HFChatPolicy(LocalChatModel.from_dir(cfg.user_sim_model, device=str(device)))
+                        if cfg.user_sim_model else HFChatPolicy(LocalChatModel(engine, name=model_dir.name)))
             results["benchmarks"] = run_benchmarks(others, policy, limit=cfg.bench_limit, k=cfg.k,
-                                                   seed=cfg.seeds[0], tts_n=cfg.tts_n, tts_mode=cfg.tts_mode)
+                                                   seed=cfg.seeds[0], tts_n=cfg.tts_n, tts_mode=cfg.tts_mode,
+                                                   tts_options=cfg.tts, user_sim=user_sim)
     except BaseException:
         if store is not None:
             store.close("failed")

@@ -83,25 +83,25 @@ def _with_temperature(cfg: RolloutConfig, temperature: float) -> RolloutConfig:
 
 def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], tasks: list[Task], rollout: RolloutConfig, *, k: int = 1,
                    seeds: list[int] = (0,), temperature: float | None = None, with_fidelity: bool = True,
-                   tts_n: int = 1, tts_mode: str = "parallel",
+                   tts_n: int = 0, tts_mode: str = "parallel", tts_options: Any = None,
                    on_trajectories: Callable[[str, int, list[Trajectory]], None] | None = None) -> dict[str, Any]:
     """Evaluate `engine` on `tasks`; returns mean and per-seed scores (and fidelity). `engine` may be
     `{Role.ACT: e1, Role.REHEARSE: e2}` (the per-role-policy ablation; not with test-time rehearsal).
     `on_trajectories(pass, seed, trajectories)` sees each seed's scored episodes (pass "env") and its
     rehearse-mode fidelity pass (pass "fidelity"), e.g. to store them."""
-    if isinstance(engine, Mapping) and tts_n > 1:
-        raise ValueError("test-time rehearsal (tts_n > 1) needs one shared engine, not a per-role mapping")
+    if isinstance(engine, Mapping) and tts_n > 0:
+        raise ValueError("test-time rehearsal (tts_n > 0) needs one shared engine, not a per-role mapping")
     from envace.worlds.environment import WorldEnvironment
 
     cfg = rollout if temperature is None else _with_temperature(rollout, temperature)
     per_seed = []
     fid_trajs: list[Trajectory] = []
     for seed in seeds:
-        if tts_n > 1:
+        if tts_n > 0:
             from envace.rollout.tts import tts_rollout
 
-            trajs = [t for _ in range(k) for t in
-                     tts_rollout(tasks, engine, cfg, tts_n, tts_mode, WorldEnvironment, seed)]
+            # k attempts per task, each with its own derived seed (private and committed phases alike)
+            trajs = tts_rollout(tasks, engine, cfg, tts_n, tts_mode, WorldEnvironment, seed, k=k, options=tts_options)
         else:
             trajs = run_rollout(tasks, k=k, policy=engine, cfg=cfg, mode=Mode.ENV, env_factory=WorldEnvironment,
                                 seed=seed)

@@ -1,246 +1,169 @@
-"""Test-time rehearsal (TTS), token level: N-1 private rehearsals, a rehearsal memory, ONE committed run.
+"""Test-time rehearsal (TTS), token level (the tool world): N private rehearsals, a rehearsal memory m_x,
+then exactly ONE committed execution in the real environment with m_x in context.
 
-For each task x:
-1. Private phase (`rehearse_privately`): N-1 full Act + Rehearse episodes (`run_rollout` in rehearse
-   mode: the policy writes every observation), sampled at the explore temperature (paper: 1.0).
-   - parallel: independent episodes, one rollout with k = N-1, so each has its own derived seed;
-   - sequential: one episode at a time; attempt i sees attempts 1..i-1 (their transcripts and reviews)
-     in its system prompt, so it can avoid repeating a failure.
-   After each episode the policy reviews it (self-assessment + fix, tts_prompts.ASSESS_PROMPT); then
-   it writes the memory m_x from all episodes and reviews, capped at `memory_max_tokens` tokens (the
-   generation limit, so the cap is exact).
-2. Committed phase: `run_rollout` in env mode on x with m_x appended to the system prompt, at the commit
-   temperature (paper: 0.01), seeded with `seed` itself, so N = 1 (no rehearsal, no memory) is exactly
-   a plain env-mode run with that seed.
+`tts_rollout(tasks, engine, cfg, n, mode, env_factory, seed, k=...)`, for each of k attempts per task:
+1. Private phase on the first user message (tts_private.rehearse_privately on `private_view(task, [system,
+   first user message])`): N rehearsals, parallel or sequential, reviews, the memory m_x.
+2. Committed phase: `run_rollout` in env mode, m_x appended to the system prompt (tts_prompts.MEMORY_HEADER),
+   at `TTSConfig.commit_temperature` (default: the rollout config's own, so N = 0 is exactly the plain
+   env-mode run with the same seed). With `rehearse_at="every"`, each later user message of a multi-turn
+   task triggers a new private phase from the conversation said so far (the committed run's own calls and
+   real results included, the memory so far in its system prompt); the new memory, written seeing the
+   earlier one, replaces the note in the system prompt before the committed run answers that message.
 
-Isolation is structural: `rehearse_privately` takes no environment argument and nothing it calls
-receives one; `tts_rollout` passes `env_factory` to the committed `run_rollout` only after the private
-phase has returned, so no real environment exists while the policy rehearses.
+Seeds: attempt a uses `derive_seed(seed, "tts-attempt", a)` for its committed run and derives its private
+seeds from that, so k attempts get k distinct seeds in both phases; with N = 0 the attempts are the
+k samples of one plain rollout (distinct per-sample seeds, as in any evaluation).
 
-Departures (the paper gives no more detail): N counts attempts, i.e. N-1 rehearsals + 1 commit (N = 1:
-none); the prompts of the review and the memory are ours; rehearsals that end on a limit or a rehearsed
-error are still reviewed and summarised; a review or memory prompt that cannot fit the context even with
-cropped transcripts is skipped (empty text, recorded in `skipped`).
+Isolation is structural: nothing in the private phase receives an environment. For the first user message
+`env_factory` is passed to `run_rollout` only after the private phase has returned, so no real environment
+exists yet; later private phases (every-turn mode) run while the committed episode's environment exists,
+but are given only the said conversation and the tools.
+
+Records: each committed trajectory has `traj.tts = {"n", "mode", "attempt", "seed", "memory" (the last
+m_x), "phases": [per-user-turn summaries], "private": [Trajectory, ...]}` and each private trajectory
+`traj.tts = {"role": "private", "n", "mode", "attempt", "index", "user_turn", "assessment", "achieved",
+"memory", "seed"}` (prompt_index = the task's, sample_index = a per-task counter); `envace.store.tts`
+stores both and links them. `reward_breakdown["tts"]` holds the JSON-safe summary.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
-from pydantic import Field
-
-from envace.config import BaseConfig, RolloutConfig
-from envace.engines.base import GenerationEngine, GenRequest
-from envace.roles.act import chat_ids, strip_end_markers
-from envace.roles.rehearse import transcript
+from envace.config import RolloutConfig
+from envace.engines.base import GenerationEngine
 from envace.rollout.machine import run_rollout
 from envace.rollout.seeds import derive_seed
-from envace.rollout.tts_prompts import (
-    add_to_system,
-    assess_prompt,
-    earlier_attempts_note,
-    memory_note,
-    memory_prompt,
-    parse_achieved,
+from envace.rollout.state import EpisodeState
+from envace.rollout.tts_private import (
+    MAX_N,
+    REHEARSE_AT,
+    TTS_MODES,
+    PrivatePhase,
+    TTSConfig,
+    TTSMode,
+    check_tts,
+    private_view,
+    rehearse_privately,
 )
-from envace.toolcall import strip_think
+from envace.rollout.tts_prompts import add_to_system, memory_note
 from envace.types import Environment, Message, Mode, Task, Trajectory
 
-TTSMode = Literal["parallel", "sequential"]
-TTS_MODES: tuple[str, ...] = ("parallel", "sequential")
-MAX_N = 8
+__all__ = ["MAX_N", "REHEARSE_AT", "TTS_MODES", "PrivatePhase", "TTSConfig", "TTSMode", "check_tts",
+           "commit_task", "first_view", "rehearse_privately", "tts_rollout"]
 
 
-class TTSConfig(BaseConfig):
-    """Settings of test-time rehearsal other than N and the mode (those are arguments)."""
-
-    explore_temperature: float = Field(
-        1.0, ge=0.0, le=10.0, description="Temperature of the private rehearsals (Act and Rehearse) and reviews.")
-    commit_temperature: float = Field(0.01, ge=0.0, le=10.0, description="Act temperature of the committed run.")
-    assess_max_tokens: int = Field(48, ge=1, description="Most tokens of one self-assessment.")
-    memory_max_tokens: int = Field(64, ge=1, description="Cap of the rehearsal memory m_x, in tokens.")
-    memory_words: int = Field(60, ge=1, description="Word budget the memory prompt asks for.")
-    transcript_max_chars: int = Field(
-        1200, ge=40, description="Each transcript shown to a review / memory prompt is cropped to this.")
-    enable_thinking: bool = Field(False, description="Let the model think before reviews and the memory.")
+def first_view(task: Task) -> Task:
+    """The private view of a task before its first user message is answered."""
+    said = ([Message(role="system", content=task.system_prompt)] if task.system_prompt is not None else [])
+    return private_view(task, said + [Message(role="user", content=task.user_turns[0])])
 
 
-def check_tts(n: int, mode: str) -> None:
-    if not isinstance(n, int) or not 1 <= n <= MAX_N:
-        raise ValueError(f"tts n={n!r}: N counts attempts (N-1 private rehearsals + 1 committed run); use 1..{MAX_N}")
-    if mode not in TTS_MODES:
-        raise ValueError(f"tts mode {mode!r} is not one of {list(TTS_MODES)}")
-
-
-@dataclass
-class PrivatePhase:
-    """Everything the policy did in private for one task; no real environment took part."""
-
-    task_index: int
-    rehearsals: list[Trajectory] = field(default_factory=list)
-    assessments: list[str] = field(default_factory=list)
-    achieved: list[bool | None] = field(default_factory=list)
-    memory: str = ""
-    memory_tokens: int = 0
-    seeds: list[int] = field(default_factory=list)  # rollout seed of each rehearsal
-    skipped: list[str] = field(default_factory=list)  # generations that did not fit the context
-
-
-def request_text(task: Task) -> str:
-    return "\n".join(task.user_turns)
-
-
-def with_system_note(task: Task, note: str) -> Task:
-    """A copy of `task` whose system prompt ends with `note` (the reference conversation is untouched
-    otherwise, so Rehearse few-shot and the replayed user turns stay the same)."""
+def commit_task(task: Task, memory: str) -> Task:
+    """The task as the committed run sees it: m_x appended to the system prompt (unchanged without one)."""
+    if not memory:
+        return task
     msgs = list(task.messages)
     if msgs and msgs[0].role == "system":
-        msgs[0] = Message(role="system", content=add_to_system(msgs[0].content, note))
+        msgs[0] = Message(role="system", content=add_to_system(msgs[0].content, memory_note(memory)))
     else:
-        msgs.insert(0, Message(role="system", content=note))
+        msgs.insert(0, Message(role="system", content=memory_note(memory)))
     return replace(task, messages=msgs)
 
 
-def _sampling(cfg: RolloutConfig, act_t: float, rehearse_t: float | None = None) -> RolloutConfig:
-    upd: dict[str, Any] = {"act": cfg.act.model_copy(update={"temperature": act_t})}
-    if rehearse_t is not None:
-        upd["rehearse"] = cfg.rehearse.model_copy(update={"temperature": rehearse_t})
-    return cfg.model_copy(update=upd)
+def _set_memory(st: EpisodeState, base_system: str | None, memory: str) -> None:
+    """Replace the memory note in an ongoing episode's system prompt."""
+    content = add_to_system(base_system, memory_note(memory)) if memory else (base_system or "")
+    if st.history and st.history[0].role == "system":
+        st.history[0] = Message(role="system", content=content)
+    elif content:
+        st.history.insert(0, Message(role="system", content=content))
 
 
-def _fit_prompt(tokenizer: Any, build: Callable[[int], str], max_chars: int, max_new: int, limit: int,
-                enable_thinking: bool) -> list[int] | None:
-    """Prompt ids of `build(chars)` for the largest of max_chars, /2, /4, ... that fits the context."""
-    chars = max_chars
-    while chars >= 20:
-        ids = chat_ids(tokenizer, [{"role": "user", "content": build(chars)}], enable_thinking=enable_thinking)
-        if len(ids) + max_new <= limit:
-            return ids
-        chars //= 2
-    return None
+def _link(phase: PrivatePhase, n: int, mode: str, attempt: int) -> None:
+    for i, (traj, assessment, achieved, seed) in enumerate(zip(phase.rehearsals, phase.assessments, phase.achieved,
+                                                              phase.seeds)):
+        traj.tts = {"role": "private", "n": n, "mode": mode, "attempt": attempt, "index": i,
+                    "user_turn": phase.user_turn, "assessment": assessment, "achieved": achieved,
+                    "memory": phase.memory, "seed": seed}
 
 
-def _generate_notes(engine: GenerationEngine, builds: list[Callable[[int], str]], seeds: list[int], *,
-                    max_new: int, temperature: float, cfg: RolloutConfig,
-                    opts: TTSConfig) -> list[tuple[str, int] | None]:
-    """One short generation per prompt builder, batched; None where the prompt cannot fit."""
-    reqs: list[tuple[int, GenRequest]] = []
-    for i, (build, seed) in enumerate(zip(builds, seeds)):
-        ids = _fit_prompt(engine.tokenizer, build, opts.transcript_max_chars, max_new, cfg.max_context_tokens,
-                          opts.enable_thinking)
-        if ids is not None:
-            reqs.append((i, GenRequest(prompt_ids=ids, temperature=temperature, top_p=cfg.act.top_p,
-                                       max_new_tokens=max_new, stop=["<|im_end|>"], seed=seed)))
-    out: list[tuple[str, int] | None] = [None] * len(builds)
-    if reqs:
-        results = engine.generate([r for _, r in reqs])
-        if len(results) != len(reqs):
-            raise RuntimeError(f"{type(engine).__name__}.generate returned {len(results)} results for "
-                               f"{len(reqs)} requests")
-        for (i, _), res in zip(reqs, results):
-            out[i] = (strip_end_markers(strip_think(res.text)).strip(), len(res.token_ids))
-    return out
+def _attempt(tasks: list[Task], engine: GenerationEngine, cfg: RolloutConfig, commit_cfg: RolloutConfig, n: int,
+             mode: str, env_factory: Callable[[], Environment], attempt: int, seed: int, opts: TTSConfig, step: int,
+             enable_thinking: bool) -> list[Trajectory]:
+    private = dict(n=n, mode=mode, options=opts, step=step, enable_thinking=enable_thinking)
+    first = rehearse_privately([first_view(t) for t in tasks], engine, cfg,
+                               seed=derive_seed(seed, "tts-private", 0), **private)
+    phases: list[list[PrivatePhase]] = [[ph] for ph in first]
+    rounds = [0]
 
+    def on_user_turn(states: list[EpisodeState]) -> None:
+        # a new user message was said in these committed episodes: rehearse it from what is said so far
+        rounds[0] += 1
+        views = [private_view(tasks[st.traj.prompt_index], list(st.history)) for st in states]
+        got = rehearse_privately(views, engine, cfg, seed=derive_seed(seed, "tts-private", rounds[0]),
+                                 memories=[phases[st.traj.prompt_index][-1].memory for st in states],
+                                 user_turns=[st.user_turn for st in states], **private)
+        for st, ph in zip(states, got):
+            mine = phases[st.traj.prompt_index]
+            memory = ph.memory or mine[-1].memory  # a skipped memory keeps the earlier one
+            mine.append(ph)
+            _set_memory(st, tasks[st.traj.prompt_index].system_prompt, memory)
 
-def _review(engine: GenerationEngine, phases: list[PrivatePhase], tasks: list[Task], trajs: list[Trajectory],
-            owners: list[int], seed: int, cfg: RolloutConfig, opts: TTSConfig) -> None:
-    """Self-assess each rehearsal in `trajs` (owned by phases[owners[j]]) and record it."""
-    builds, seeds = [], []
-    for traj, p in zip(trajs, owners):
-        request, text = request_text(tasks[p]), transcript(traj.messages)
-        builds.append(lambda chars, r=request, t=text: assess_prompt(r, t, chars))
-        seeds.append(derive_seed(seed, "tts-assess", p, len(phases[p].assessments)))
-    notes = _generate_notes(engine, builds, seeds, max_new=opts.assess_max_tokens,
-                            temperature=opts.explore_temperature, cfg=cfg, opts=opts)
-    for traj, p, note in zip(trajs, owners, notes):
-        ph = phases[p]
-        ph.rehearsals.append(traj)
-        if note is None:
-            ph.skipped.append(f"assessment {len(ph.assessments) + 1}")
-        ph.assessments.append(note[0] if note else "")
-        ph.achieved.append(parse_achieved(note[0]) if note else None)
-
-
-def rehearse_privately(tasks: list[Task], policy_engine: GenerationEngine, cfg: RolloutConfig, *, n: int,
-                       mode: TTSMode | str, seed: int, options: TTSConfig | None = None, step: int = 0,
-                       enable_thinking: bool = True) -> list[PrivatePhase]:
-    """The private phase for every task: N-1 rehearsals, their reviews, the memory m_x.
-
-    Takes no environment: the rehearsals run in rehearse mode, where `run_rollout` creates none.
-    """
-    check_tts(n, mode)
-    opts = options or TTSConfig()
-    phases = [PrivatePhase(task_index=p) for p in range(len(tasks))]
-    if n == 1 or not tasks:
-        return phases
-    private_cfg = _sampling(cfg, opts.explore_temperature, opts.explore_temperature)
-    common = dict(policy=policy_engine, cfg=private_cfg, mode=Mode.REHEARSE, step=step,
-                  rehearse_style=cfg.rehearse_style, enable_thinking=enable_thinking)
-    if mode == "parallel":
-        rseed = derive_seed(seed, "tts-private")
-        trajs = run_rollout(tasks, k=n - 1, seed=rseed, **common)
-        for t in trajs:
-            phases[t.prompt_index].seeds.append(rseed)
-        _review(policy_engine, phases, tasks, trajs, [t.prompt_index for t in trajs], seed, cfg, opts)
-    else:
-        for attempt in range(n - 1):
-            shown = [task if attempt == 0 else with_system_note(task, earlier_attempts_note(
-                [transcript(r.messages) for r in ph.rehearsals], ph.assessments, opts.transcript_max_chars))
-                for task, ph in zip(tasks, phases)]
-            rseed = derive_seed(seed, "tts-private", attempt)
-            trajs = run_rollout(shown, k=1, seed=rseed, **common)
-            for t in trajs:
-                t.sample_index = attempt
-                phases[t.prompt_index].seeds.append(rseed)
-            _review(policy_engine, phases, tasks, trajs, [t.prompt_index for t in trajs], seed, cfg, opts)
-    builds = [lambda chars, ph=ph, task=task: memory_prompt(
-        request_text(task), [transcript(r.messages) for r in ph.rehearsals], ph.assessments, opts.memory_words,
-        max(chars // max(len(ph.rehearsals), 1), 20)) for task, ph in zip(tasks, phases)]
-    notes = _generate_notes(policy_engine, builds, [derive_seed(seed, "tts-memory", p) for p in range(len(tasks))],
-                            max_new=opts.memory_max_tokens, temperature=opts.explore_temperature, cfg=cfg, opts=opts)
-    for ph, note in zip(phases, notes):
-        if note is None:
-            ph.skipped.append("memory")
-        ph.memory, ph.memory_tokens = note if note else ("", 0)
-    return phases
-
-
-def commit_task(task: Task, phase: PrivatePhase) -> Task:
-    """The task as the committed run sees it: m_x appended to the system prompt (unchanged without one)."""
-    return with_system_note(task, memory_note(phase.memory)) if phase.memory else task
-
-
-def tts_summary(phase: PrivatePhase, n: int, mode: str) -> dict[str, Any]:
-    """JSON-safe record of the private phase (for reward_breakdown / the store)."""
-    return {"n": n, "mode": mode, "memory": phase.memory, "memory_tokens": phase.memory_tokens,
-            "assessments": list(phase.assessments), "achieved": list(phase.achieved), "seeds": list(phase.seeds),
-            "skipped": list(phase.skipped),
-            "private_terminations": [t.termination.value if t.termination else None for t in phase.rehearsals]}
+    hook = on_user_turn if opts.rehearse_at == "every" else None
+    # only now may a real environment exist: run_rollout calls env_factory when the episodes start
+    commits = run_rollout([commit_task(t, ph.memory) for t, ph in zip(tasks, first)], k=1, policy=engine,
+                          cfg=commit_cfg, mode=Mode.ENV, env_factory=env_factory, step=step, seed=seed,
+                          rehearse_style=cfg.rehearse_style, enable_thinking=enable_thinking, on_user_turn=hook)
+    for traj, mine in zip(commits, phases):
+        traj.sample_index = attempt
+        private_trajs = []
+        for ph in mine:
+            _link(ph, n, mode, attempt)
+            private_trajs += ph.rehearsals
+        summary = {"n": n, "mode": mode, "attempt": attempt, "seed": seed, "rehearse_at": opts.rehearse_at,
+                   "memory": next((ph.memory for ph in reversed(mine) if ph.memory), ""),
+                   "phases": [ph.summary() for ph in mine]}
+        traj.tts = {**summary, "private": private_trajs}
+        traj.reward_breakdown["tts"] = summary
+    return commits
 
 
 def tts_rollout(tasks: list[Task], policy_engine: GenerationEngine, cfg: RolloutConfig, n: int,
-                mode: TTSMode | str, env_factory: Callable[[], Environment], seed: int, *,
+                mode: TTSMode | str, env_factory: Callable[[], Environment], seed: int, *, k: int = 1,
                 options: TTSConfig | None = None, step: int = 0, enable_thinking: bool = True) -> list[Trajectory]:
-    """Private rehearsals, then one committed env-mode episode per task (ordered like `tasks`).
-
-    Each committed trajectory carries `traj.tts` = summary + {"private": [Trajectory, ...]} (save those
-    with store mode tts-private, the committed one with tts-commit) and the same summary without the
-    trajectories in `traj.reward_breakdown["tts"]` (re-add it after a scorer replaces the breakdown).
-    """
+    """k attempts per task of: N private rehearsals, then one committed env-mode episode. Returns the
+    committed trajectories ordered by (task, attempt); their private ones are in `traj.tts["private"]`."""
     check_tts(n, mode)
     if env_factory is None:
         raise ValueError("tts_rollout needs env_factory: the committed run executes in the real environment")
+    if k < 1:
+        raise ValueError(f"k={k}: need at least one attempt per task")
     opts = options or TTSConfig()
-    phases = rehearse_privately(tasks, policy_engine, cfg, n=n, mode=mode, seed=seed, options=opts, step=step,
-                                enable_thinking=enable_thinking)
-    # Only now may a real environment exist: run_rollout calls env_factory when the episodes start.
-    commits = run_rollout([commit_task(t, ph) for t, ph in zip(tasks, phases)], k=1, policy=policy_engine,
-                          cfg=_sampling(cfg, opts.commit_temperature), mode=Mode.ENV, env_factory=env_factory,
-                          step=step, seed=seed, rehearse_style=cfg.rehearse_style, enable_thinking=enable_thinking)
-    for traj, ph in zip(commits, phases):
-        summary = tts_summary(ph, n, mode)
-        traj.tts = {**summary, "private": list(ph.rehearsals)}
-        traj.reward_breakdown["tts"] = summary
-    return commits
+    commit_cfg = cfg
+    if opts.commit_temperature is not None:
+        commit_cfg = cfg.model_copy(update={"act": cfg.act.model_copy(update={"temperature": opts.commit_temperature})})
+    if n == 0:  # the plain run: k samples of one env-mode rollout
+        trajs = run_rollout(tasks, k=k, policy=policy_engine, cfg=commit_cfg, mode=Mode.ENV, env_factory=env_factory,
+                            step=step, seed=seed, rehearse_style=cfg.rehearse_style, enable_thinking=enable_thinking)
+        for t in trajs:
+            summary: dict[str, Any] = {"n": 0, "mode": mode, "attempt": t.sample_index, "seed": seed, "memory": "",
+                                       "rehearse_at": opts.rehearse_at, "phases": []}
+            t.tts = {**summary, "private": []}
+            t.reward_breakdown["tts"] = summary
+        return trajs
+    by_attempt = [_attempt(tasks, policy_engine, cfg, commit_cfg, n, mode, env_factory, a,
+                           derive_seed(seed, "tts-attempt", a), opts, step, enable_thinking) for a in range(k)]
+    out = []
+    for p in range(len(tasks)):
+        counter = 0
+        for a in range(k):
+            traj = by_attempt[a][p]
+            for priv in traj.tts["private"]:  # a unique sample index per task for the store's natural key
+                priv.prompt_index, priv.sample_index = p, counter
+                counter += 1
+            out.append(traj)
+    return out

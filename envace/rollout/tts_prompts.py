@@ -38,7 +38,9 @@ rehearsals taught you: which tools and arguments to use, in which order, and whi
 User request:
 {request}
 
-{attempts}"""
+{earlier}{attempts}"""
+
+EARLIER_MEMORY = "Your notes from earlier in this conversation:\n{memory}\n\n"
 
 ATTEMPT_BLOCK = "Attempt {i}:\n{transcript}\nReview: {assessment}"
 
@@ -63,8 +65,11 @@ def assess_prompt(request: str, transcript: str, max_chars: int) -> str:
                                 transcript=crop(transcript, max_chars) or "(the assistant did nothing)")
 
 
-def memory_prompt(request: str, transcripts: list[str], assessments: list[str], words: int, max_chars: int) -> str:
+def memory_prompt(request: str, transcripts: list[str], assessments: list[str], words: int, max_chars: int,
+                  earlier: str = "") -> str:
+    """The memory prompt; `earlier` (the memory of earlier user turns) is carried forward into it."""
     return MEMORY_PROMPT.format(mark=MEMORY_MARK, words=words, request=crop(request, max_chars),
+                                earlier=EARLIER_MEMORY.format(memory=crop(earlier, max_chars)) if earlier else "",
                                 attempts=attempts_text(transcripts, assessments, max_chars))
 
 

@@ -25,7 +25,7 @@ def test_quick_demo_runs_every_stage(tmp_path):
         assert stage in done.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert {"sft", "eval_sft", "envace", "eval_envace", "grpo_env", "eval_grpo_env", "tts"} <= set(summary)
-    assert [(r["n"], r["mode"]) for r in summary["tts"]] == [(1, "parallel"), (2, "parallel"), (2, "sequential")]
+    assert [(r["n"], r["mode"]) for r in summary["tts"]] == [(0, "parallel"), (2, "parallel"), (2, "sequential")]
     assert "MLflow UI" in done.stdout and "envace dashboard" in done.stdout
     eng = sa.create_engine(f"sqlite:///{out / 'store.db'}")
     with eng.connect() as c:

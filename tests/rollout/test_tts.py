@@ -1,16 +1,21 @@
-"""Test-time rehearsal, token level (envace.rollout.tts).
+"""Test-time rehearsal, token level (envace.rollout.tts): N counts private rehearsals, parallel vs
+sequential, isolation (no environment, no gold data, no unsaid user turns), k attempts with distinct
+seeds, rehearsal at every user message with the memory carried forward.
 
-Plumbing runs on a real random tiny Qwen3 behind the real HF engine (quality is irrelevant here); the
-isolation count uses the scripted engine double of conftest.py so that the committed run really makes
-tool calls. `RecordingEngine` wraps either and keeps every request with its decoded prompt.
+Most tests use the scripted engine double of conftest.py (so the policy really makes calls and the
+prompts can be checked exactly); one runs the real random tiny Qwen3 behind the real HF engine.
+`RecordingEngine` keeps every request with its decoded prompt and whether the private phase was running
+(the test wraps `rehearse_privately` to mark it).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
 
+import envace.rollout.tts as tts
 from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.base import GenRequest, GenResult
 from envace.roles.act import act_prompt_ids
@@ -18,146 +23,280 @@ from envace.roles.prompts import SEC_CURRENT
 from envace.rollout import run_rollout
 from envace.rollout.tts import TTSConfig, rehearse_privately, tts_rollout
 from envace.rollout.tts_prompts import ASSESS_MARK, EARLIER_HEADER, MEMORY_HEADER, MEMORY_MARK, memory_note
-from envace.types import Mode, Role
+from envace.types import ChecklistItem, Message, Mode, Role, Task, ToolCall
 
-
-CFG = RolloutConfig(act=SamplingConfig(temperature=1.0, max_new_tokens=10),
-                    rehearse=SamplingConfig(temperature=1.0, max_new_tokens=10),
-                    max_assistant_turns=2, max_context_tokens=4096)
-OPTS = TTSConfig(assess_max_tokens=8, memory_max_tokens=12, transcript_max_chars=300)
+CFG = RolloutConfig(act=SamplingConfig(temperature=1.0, max_new_tokens=60),
+                    rehearse=SamplingConfig(temperature=1.0, max_new_tokens=60),
+                    max_assistant_turns=4, max_context_tokens=4096)
+OPTS = TTSConfig(assess_max_tokens=30, memory_max_tokens=40, transcript_max_chars=2000)
 
 
 class RecordingEngine:
-    """Wraps a GenerationEngine; records (decoded prompt, request) of every generation."""
+    """Wraps a GenerationEngine; records (decoded prompt, request, private?) of every generation."""
 
     def __init__(self, engine):
         self.engine, self.tokenizer = engine, engine.tokenizer
-        self.requests: list[tuple[str, GenRequest]] = []
+        self.requests: list[tuple[str, GenRequest, bool]] = []
+        self.private = False
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        self.requests += [(self.tokenizer.decode(r.prompt_ids), r) for r in requests]
+        self.requests += [(self.tokenizer.decode(r.prompt_ids), r, self.private) for r in requests]
         return self.engine.generate(requests)
 
     def count(self, marker: str) -> int:
-        return sum(marker in text for text, _ in self.requests)
+        return sum(marker in text for text, _, _ in self.requests)
+
+    def prompts(self, private: bool) -> list[str]:
+        return [text for text, _, p in self.requests if p is private]
 
 
-class GuardedFactory:
-    """An env factory that raises if called before the private phase has written its memories, and
-    records how many generations had happened at its first call."""
+@pytest.fixture
+def mark_private(monkeypatch):
+    """Wrap tts.rehearse_privately so that engines and environments can tell the private phase is on."""
+    watchers: list = []
 
-    def __init__(self, make, engine: RecordingEngine, expect_memory: bool):
-        self.make, self.engine, self.expect_memory = make, engine, expect_memory
-        self.first_call_at: int | None = None
-        self.made: list = []
+    def install(*objs):
+        watchers.extend(objs)
+        real = tts.rehearse_privately
 
-    def __call__(self):
-        if self.expect_memory and self.engine.count(MEMORY_MARK) == 0:
-            raise AssertionError("real environment requested during the private phase")
-        if self.first_call_at is None:
-            self.first_call_at = len(self.engine.requests)
-        env = self.make()
-        self.made.append(env)
-        return env
+        def wrapped(*args, **kwargs):
+            for w in watchers:
+                w.private = True
+            try:
+                return real(*args, **kwargs)
+            finally:
+                for w in watchers:
+                    w.private = False
 
-
-
-
-def _signature(trajs):
-    return [(t.termination, [(turn.role, turn.response_ids) for turn in t.turns]) for t in trajs]
+        monkeypatch.setattr(tts, "rehearse_privately", wrapped)
+    return install
 
 
-def test_private_phase_signature_has_no_environment():
-    params = inspect.signature(rehearse_privately).parameters
-    assert not [p for p in params if "env" in p.lower()], params
-
-
-def test_n1_is_a_plain_committed_run(tiny_engine, tasks, kit):
-    engine = RecordingEngine(tiny_engine)
-    got = tts_rollout(tasks, engine, CFG, 1, "parallel", kit.ShopEnv, seed=11, options=OPTS)
-    plain = run_rollout(tasks, k=1, policy=tiny_engine, mode=Mode.ENV, env_factory=kit.ShopEnv, seed=11,
-                        cfg=CFG.model_copy(update={"act": CFG.act.model_copy(update={"temperature": 0.01})}))
-    assert _signature(got) == _signature(plain)
-    assert all(r.temperature == 0.01 for _, r in engine.requests)
-    assert engine.count(SEC_CURRENT) == engine.count(ASSESS_MARK) == engine.count(MEMORY_MARK) == 0
-    assert all(t.tts["private"] == [] and t.tts["memory"] == "" for t in got)
-    assert [t.messages[0].content for t in got] == [t.system_prompt for t in tasks]  # no note added
-
-
-def test_parallel_rehearsals_use_distinct_seeds_and_memory_is_in_commit_context(tiny_engine, tokenizer, tasks, kit):
-    engine = RecordingEngine(tiny_engine)
-    factory = GuardedFactory(kit.ShopEnv, engine, expect_memory=True)
-    commits = tts_rollout(tasks, engine, CFG, 3, "parallel", factory, seed=5, options=OPTS)
-    assert len(commits) == len(tasks)
-    for task, traj in zip(tasks, commits):
-        private = traj.tts["private"]
-        assert [t.mode for t in private] == [Mode.REHEARSE, Mode.REHEARSE]
-        assert all(t.env_calls == 0 for t in private)
-        # first Act request of each rehearsal of this task: distinct per-request seeds
-        first_prompt = act_prompt_ids(tokenizer, task.messages[:2], task.tools)
-        seeds = [r.seed for _, r in engine.requests if r.prompt_ids == first_prompt and r.temperature == 1.0]
-        assert len(seeds) == 2 and len(set(seeds)) == 2
-        # the memory is policy-written, capped, and sits in the committed run's system prompt
-        memory = traj.tts["memory"]
-        assert memory and 0 < traj.tts["memory_tokens"] <= OPTS.memory_max_tokens
-        assert traj.messages[0].content == task.system_prompt + "\n\n" + memory_note(memory)
-        assert traj.turns[0].prompt_ids == act_prompt_ids(tokenizer, traj.messages[:2], task.tools)
-        assert MEMORY_HEADER in tokenizer.decode(traj.turns[0].prompt_ids)
-        assert len(traj.tts["assessments"]) == 2 and traj.reward_breakdown["tts"]["n"] == 3
-    # every generation before the first real environment was private; none after it was
-    n_private = factory.first_call_at
-    assert n_private == len(engine.requests) - sum(len(t.turns) for t in commits)
-    assert engine.count(MEMORY_MARK) == len(tasks)
-    assert all(MEMORY_HEADER in text and SEC_CURRENT not in text for text, _ in engine.requests[n_private:])
-
-
-def test_sequential_rehearsal_sees_earlier_attempts(tiny_engine, tokenizer, tasks, kit):
-    engine = RecordingEngine(tiny_engine)
-    commits = tts_rollout(tasks, engine, CFG, 3, "sequential", GuardedFactory(kit.ShopEnv, engine, True), seed=2,
-                          options=OPTS)
-    for task, traj in zip(tasks, commits):
-        first, second = traj.tts["private"]
-        assert (first.sample_index, second.sample_index) == (0, 1)
-        assert EARLIER_HEADER not in first.messages[0].content
-        note = second.messages[0].content
-        assert note.startswith(task.system_prompt) and EARLIER_HEADER in note
-        assert traj.tts["assessments"][0] in note  # the reflection on attempt 1
-        assert f"User: {task.user_turns[0]}" in note  # attempt 1's transcript
-        assert second.turns[0].prompt_ids == act_prompt_ids(tokenizer, second.messages[:2], task.tools)
-    assert len({tuple(t.tts["seeds"]) for t in commits}) == 1 and len(set(commits[0].tts["seeds"])) == 2
-
-
-def test_isolation_counts_real_calls_only_in_the_commit(tokenizer, tasks, kit):
-    """Scripted policy: it calls get_stock once per user turn, in private and for real."""
+def scripted_act(memories: list[str] | None = None):
+    """The policy: one get_stock call per user message, then "Done."; fixed reviews; numbered memories."""
+    memories = memories if memories is not None else []
 
     def act(prompt: str, position: int) -> str:
         if ASSESS_MARK in prompt:
             return "Achieved: no. Ask for apples first."
         if MEMORY_MARK in prompt:
-            return "Call get_stock with apple, then answer."
+            memories.append(f"memo-{len(memories)}")
+            return memories[-1]
         last = prompt.rsplit("<|im_start|>", 1)[0]
         if last.rstrip().endswith("</tool_response><|im_end|>"):
             return "Done."
-        return kit.call_text("get_stock", item="apple")
-
-    engine = RecordingEngine(kit.ScriptedEngine(tokenizer, act=act, rehearse=kit.stock_result))
-    factory = GuardedFactory(kit.ShopEnv, engine, expect_memory=True)
-    cfg = RolloutConfig(act=SamplingConfig(max_new_tokens=60), rehearse=SamplingConfig(max_new_tokens=60),
-                        max_context_tokens=4096)
-    commits = tts_rollout(tasks, engine, cfg, 2, "parallel", factory, seed=0, options=TTSConfig(memory_max_tokens=40))
-    private_rehearse = sum(len(t.turns_of(Role.REHEARSE)) for c in commits for t in c.tts["private"])
-    assert private_rehearse == 3  # two-turn task: 2 calls, one-turn task: 1 call, all imagined
-    assert factory.first_call_at == engine.count(SEC_CURRENT) + engine.count(ASSESS_MARK) + engine.count(MEMORY_MARK) \
-        + sum(len(t.turns_of(Role.ACT)) for c in commits for t in c.tts["private"])
-    executed = [call for env in factory.made for call in env.executed]
-    assert [c.name for c in executed] == ["get_stock"] * 3
-    assert sum(c.env_calls for c in commits) == 3
-    assert all(c.tts["memory"] == "Call get_stock with apple, then answer." for c in commits)
-    assert all(c.tts["achieved"] == [False] for c in commits)
+        return ('<tool_call>\n{"name": "get_stock", "arguments": {"item": "apple"}}\n</tool_call>')
+    return act
 
 
-def test_bad_arguments_are_rejected(tiny_engine, tasks, kit):
-    with pytest.raises(ValueError, match="N counts attempts"):
-        tts_rollout(tasks, tiny_engine, CFG, 0, "parallel", kit.ShopEnv, seed=0)
+def scripted(kit, tokenizer, memories=None) -> RecordingEngine:
+    return RecordingEngine(kit.ScriptedEngine(tokenizer, act=scripted_act(memories), rehearse=kit.stock_result))
+
+
+def first_act_requests(engine: RecordingEngine, private: bool) -> list[tuple[str, GenRequest]]:
+    """Act requests whose prompt holds no assistant turn yet (the first Act of an episode)."""
+    return [(t, r) for t, r, p in engine.requests if p is private and SEC_CURRENT not in t
+            and ASSESS_MARK not in t and MEMORY_MARK not in t and t.count("<|im_start|>assistant") == 1]
+
+
+def test_private_phase_signature_has_no_environment():
+    for fn in (rehearse_privately, tts.private_view, tts.first_view):
+        assert not [p for p in inspect.signature(fn).parameters if "env" in p.lower()]
+
+
+def test_n0_is_the_plain_run(tiny_engine, tasks, kit):
+    engine = RecordingEngine(tiny_engine)
+    got = tts_rollout(tasks, engine, CFG, 0, "parallel", kit.ShopEnv, seed=11, k=2, options=OPTS)
+    plain = run_rollout(tasks, k=2, policy=tiny_engine, mode=Mode.ENV, env_factory=kit.ShopEnv, seed=11, cfg=CFG)
+    assert [(t.termination, [(u.role, u.response_ids) for u in t.turns]) for t in got] == \
+        [(t.termination, [(u.role, u.response_ids) for u in t.turns]) for t in plain]
+    assert engine.count(SEC_CURRENT) == engine.count(ASSESS_MARK) == engine.count(MEMORY_MARK) == 0
+    assert all(t.tts["private"] == [] and t.tts["memory"] == "" and t.tts["n"] == 0 for t in got)
+
+
+def test_parallel_n2_makes_two_independent_rehearsals(tasks, tokenizer, kit, mark_private):
+    engine = scripted(kit, tokenizer)
+    mark_private(engine)
+    commits = tts_rollout(tasks, engine, CFG, 2, "parallel", kit.ShopEnv, seed=5, options=OPTS)
+    for task, traj in zip(tasks, commits):
+        private = traj.tts["private"]
+        assert len(private) == 2 and [t.tts["index"] for t in private] == [0, 1]
+        assert all(t.mode is Mode.REHEARSE and t.env_calls == 0 for t in private)
+        # independent: neither saw the other (no earlier-attempts note); their first Act requests differ in seed
+        assert all(EARLIER_HEADER not in m.content for t in private for m in t.messages)
+        first = [r for text, r in first_act_requests(engine, True) if task.user_turns[0] in text]
+        assert len(first) == 2 and len({r.seed for r in first}) == 2
+        assert len(traj.tts["phases"][0]["assessments"]) == 2
+        # exactly one committed run, with the memory in its system prompt
+        assert traj.mode is Mode.ENV and traj.messages[0].content == task.system_prompt + "\n\n" + \
+            memory_note(traj.tts["memory"])
+        assert MEMORY_HEADER in tokenizer.decode(traj.turns[0].prompt_ids)
+    assert engine.count(MEMORY_MARK) == len(tasks)  # one memory per task, from all its rehearsals
+
+
+def test_sequential_n2_second_sees_first_and_its_reflection(tasks, tokenizer, kit, mark_private):
+    engine = scripted(kit, tokenizer)
+    mark_private(engine)
+    commits = tts_rollout(tasks, engine, CFG, 2, "sequential", kit.ShopEnv, seed=2, options=OPTS)
+    for task, traj in zip(tasks, commits):
+        first, second = traj.tts["private"]
+        assert EARLIER_HEADER not in first.messages[0].content
+        note = second.messages[0].content
+        assert note.startswith(task.system_prompt) and EARLIER_HEADER in note
+        assert "Attempt 1:" in note and "Attempt 2:" not in note
+        assert f"Review: {first.tts['assessment']}" in note  # the reflection on rehearsal 1
+        assert f"User: {task.user_turns[0]}" in note and '"rehearsed": "get_stock"' in note  # its imagined run
+        # the prompt the second rehearsal's first Act generation really received holds all of that
+        decoded = tokenizer.decode(second.turns[0].prompt_ids)
+        assert second.turns[0].prompt_ids == act_prompt_ids(tokenizer, second.messages[:2], task.tools)
+        assert EARLIER_HEADER in decoded and first.tts["assessment"] in decoded
+    assert len(set(commits[0].tts["phases"][0]["seeds"])) == 2
+
+
+CANARY_GOLD, CANARY_LATER = "CANARY-7f3a-gold", "CANARY-91c2-later"
+
+
+def _canary_task(kit) -> Task:
+    gold = ToolCall("get_stock", {"item": f"apple {CANARY_GOLD}"})
+    msgs = [Message("system", "You manage a shop."), Message("user", "How many apples?"),
+            Message("assistant", f"Let me look. {CANARY_GOLD}", tool_calls=[gold]),
+            Message("tool", json.dumps({"item": "apple", "stock": 5, "note": CANARY_GOLD}), name="get_stock"),
+            Message("assistant", f"5 apples. {CANARY_GOLD}"),
+            Message("user", f"Now how many pears? {CANARY_LATER}"),
+            Message("assistant", f"{CANARY_GOLD}")]
+    return Task(uuid="canary", tools=kit.TOOLS, messages=msgs, domain="shop",
+                checklists=[[ChecklistItem(id="c", question=CANARY_GOLD)], []],
+                initial_state={"apple": 5, "pear": 7, CANARY_GOLD: 1}, meta={"gold": CANARY_GOLD})
+
+
+@pytest.mark.parametrize("rehearse_at", ["first", "every"])
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+def test_canary_never_reaches_a_private_prompt(tokenizer, kit, mark_private, rehearse_at, mode):
+    engine = scripted(kit, tokenizer)
+    mark_private(engine)
+    opts = OPTS.model_copy(update={"rehearse_at": rehearse_at})
+    cfg = CFG.model_copy(update={"few_shot": True})  # the private phase must switch it off by itself
+    commits = tts_rollout([_canary_task(kit)], engine, cfg, 2, mode, kit.ShopEnv, seed=0, options=opts)
+    private_prompts = engine.prompts(private=True)
+    assert private_prompts and all(CANARY_GOLD not in p for p in private_prompts)
+    phases = commits[0].tts["phases"]
+    assert [ph["user_turn"] for ph in phases] == ([0, 1] if rehearse_at == "every" else [0])
+    first_phase = [t for t in commits[0].tts["private"] if t.tts["user_turn"] == 0]
+    assert all(CANARY_LATER not in m.content for t in first_phase for m in t.messages)
+    if rehearse_at == "first":
+        assert all(CANARY_LATER not in p for p in private_prompts)
+    else:  # said by the time of the second phase: only then may it appear
+        later = [t for t in commits[0].tts["private"] if t.tts["user_turn"] == 1]
+        assert later and all(CANARY_LATER in t.messages[-1].content or CANARY_LATER in
+                             [m.content for m in t.messages if m.role == "user"][-1] for t in later)
+    # the stored private trajectories carry nothing of the gold either
+    for t in commits[0].tts["private"]:
+        assert CANARY_GOLD not in json.dumps([m.to_openai() for m in t.task.messages])
+        assert t.task.checklists == [] and t.task.initial_state is None and t.task.meta == {}
+
+
+class RaisingEnv:
+    """A real ShopEnv that raises (and records) if it is used while the private phase runs."""
+
+    private = False
+    violations: list[str] = []
+
+    def __init__(self, kit):
+        self.inner = kit.ShopEnv()
+
+    def reset(self, task):
+        self._check("reset")
+        self.inner.reset(task)
+
+    def execute(self, call):
+        self._check("execute")
+        return self.inner.execute(call)
+
+    def final_reward(self, trajectory):
+        return 0.0
+
+    def _check(self, what):
+        if RaisingEnv.private:
+            RaisingEnv.violations.append(what)
+            raise AssertionError(f"real environment {what} during the private phase")
+
+
+def test_zero_real_executions_during_the_private_phase(tasks, tokenizer, kit, mark_private):
+    engine = scripted(kit, tokenizer)
+    RaisingEnv.violations = []
+    mark_private(engine, RaisingEnv)
+    made = []
+
+    def factory():
+        made.append(RaisingEnv(kit))
+        return made[-1]
+
+    opts = OPTS.model_copy(update={"rehearse_at": "every"})
+    commits = tts_rollout(tasks, engine, CFG, 2, "sequential", factory, seed=3, k=2, options=opts)
+    assert RaisingEnv.violations == []
+    private = [t for c in commits for t in c.tts["private"]]
+    # two-turn task: 2 phases x 2 rehearsals, one-turn task: 1 x 2; per attempt (k = 2)
+    assert len(private) == (4 + 2) * 2
+    assert sum(len(t.turns_of(Role.REHEARSE)) for t in private) == len(private)  # each imagined one call
+    assert all(t.env_calls == 0 for t in private)
+    executed = [c.name for env in made for c in env.inner.executed]
+    assert executed == ["get_stock"] * 6 and sum(c.env_calls for c in commits) == 6  # 3 user messages x k
+
+
+def test_k_attempts_get_k_distinct_seeds(tasks, tokenizer, kit, mark_private):
+    engine = scripted(kit, tokenizer)
+    mark_private(engine)
+    commits = tts_rollout(tasks, engine, CFG, 1, "parallel", kit.ShopEnv, seed=9, k=3, options=OPTS)
+    assert [(c.task.uuid, c.sample_index) for c in commits] == [(t.uuid, a) for t in tasks for a in range(3)]
+    for p in range(len(tasks)):
+        mine = commits[3 * p: 3 * p + 3]
+        assert len({c.tts["seed"] for c in mine}) == 3
+        assert len({c.turns[0].temperature for c in mine}) == 1
+        private_seeds = [t.tts["seed"] for c in mine for t in c.tts["private"]]
+        assert len(private_seeds) == 3 and len(set(private_seeds)) == 3
+        assert sorted(t.sample_index for c in mine for t in c.tts["private"]) == [0, 1, 2]
+    commit_first = [r.seed for _, r in first_act_requests(engine, False)]
+    assert len(commit_first) == 3 * len(tasks) and len(set(commit_first)) == len(commit_first)
+    private_first = [r.seed for _, r in first_act_requests(engine, True)]
+    assert len(private_first) == 3 * len(tasks) and len(set(private_first)) == len(private_first)
+
+
+def test_every_turn_carries_the_memory_forward(tasks, tokenizer, kit, mark_private):
+    memories: list[str] = []
+    engine = scripted(kit, tokenizer, memories)
+    mark_private(engine)
+    opts = OPTS.model_copy(update={"rehearse_at": "every"})
+    commits = tts_rollout(tasks[:1], engine, CFG, 1, "parallel", kit.ShopEnv, seed=1, options=opts)
+    traj = commits[0]
+    assert [ph["memory"] for ph in traj.tts["phases"]] == ["memo-0", "memo-1"]
+    memory_prompts = [t for t in engine.prompts(True) if MEMORY_MARK in t]
+    assert "memo-0" not in memory_prompts[0] and "memo-0" in memory_prompts[1]  # carried into the next memory
+    acts = traj.turns_of(Role.ACT)
+    by_turn = {u.user_turn: tokenizer.decode(u.prompt_ids) for u in reversed(acts)}
+    assert "memo-0" in by_turn[0] and "memo-1" not in by_turn[0]
+    assert "memo-1" in by_turn[1]  # the second user message is answered with the new memory
+    assert traj.messages[0].content == tasks[0].system_prompt + "\n\n" + memory_note("memo-1")
+    second_phase = [t for t in traj.tts["private"] if t.tts["user_turn"] == 1]
+    # the later rehearsal starts from the said conversation: the committed call and its REAL result
+    assert second_phase and any(m.role == "tool" and '"stock": 5' in m.content for m in second_phase[0].messages)
+
+
+def test_private_phase_on_the_real_tiny_model(tiny_engine, tasks, kit):
+    engine = RecordingEngine(tiny_engine)
+    cfg = CFG.model_copy(update={"act": CFG.act.model_copy(update={"max_new_tokens": 10}),
+                                 "rehearse": CFG.rehearse.model_copy(update={"max_new_tokens": 10}),
+                                 "max_assistant_turns": 2})
+    commits = tts_rollout(tasks, engine, cfg, 2, "parallel", kit.ShopEnv, seed=5,
+                          options=TTSConfig(assess_max_tokens=8, memory_max_tokens=12, transcript_max_chars=300))
+    for traj in commits:
+        assert len(traj.tts["private"]) == 2 and all(t.termination is not None for t in traj.tts["private"])
+        assert 0 < traj.tts["phases"][0]["memory_tokens"] <= 12
+
+
+def test_bad_arguments_are_rejected(tasks, kit, tokenizer):
+    engine = scripted(kit, tokenizer)
+    for n in (-1, tts.MAX_N + 1, True):
+        with pytest.raises(ValueError, match="N counts private rehearsals"):
+            tts_rollout(tasks, engine, CFG, n, "parallel", kit.ShopEnv, seed=0)
     with pytest.raises(ValueError, match="not one of"):
-        tts_rollout(tasks, tiny_engine, CFG, 2, "beam", kit.ShopEnv, seed=0)
+        tts_rollout(tasks, engine, CFG, 2, "beam", kit.ShopEnv, seed=0)

@@ -1,8 +1,9 @@
-"""Test-time rehearsal, chat level (envace.rollout.tts_chat): private phase over a BenchPolicy, the
+"""Test-time rehearsal, chat level (envace.rollout.tts_chat): the private phase over a BenchPolicy runs on
+the one rollout state machine (TerminationReason endings, call-count and context limits), the
 `TTSPolicy` wrapper used by the benchmarks, and a committed chat episode against a real Environment.
 
-`ScriptedChat` is a BenchPolicy test double: it answers by looking at what is asked (a Rehearse chat,
-a review, the memory prompt, or an Act query) and logs every query with its context and temperature.
+`ScriptedChat` is a BenchPolicy test double: it answers by looking at what is asked (a Rehearse chat, a
+review, the memory prompt, or an Act query) and logs every query with its context and temperature.
 """
 
 from __future__ import annotations
@@ -11,20 +12,23 @@ import inspect
 import json
 
 from envace.benchmarks.base import AssistantReply
+from envace.config import RolloutConfig, SamplingConfig
 from envace.roles.prompts import SEC_CURRENT
+from envace.rollout.chat_engine import openai_messages
 from envace.rollout.tts import TTSConfig
-from envace.rollout.tts_chat import TTSPolicy, rehearse_chat, tts_chat_episode
+from envace.rollout.tts_chat import TTSPolicy, chat_rollout_config, rehearse_chat, tts_chat_episode
 from envace.rollout.tts_prompts import ASSESS_MARK, EARLIER_HEADER, MEMORY_HEADER, MEMORY_MARK
-from envace.types import ToolCall
+from envace.types import ErrorCode, Role, TerminationReason, ToolCall
 
 
 class ScriptedChat:
     name = "scripted"
 
-    def __init__(self, rehearsed: str = '<execution_result>\n{"item": "apple", "stock": 3}\n</execution_result>'):
+    def __init__(self, rehearsed: str = '<execution_result>\n{"item": "apple", "stock": 3}\n</execution_result>',
+                 calls_forever: bool = False):
         self.temperature, self.max_tokens = 0.0, None
         self.log: list[dict] = []
-        self.rehearsed = rehearsed
+        self.rehearsed, self.calls_forever = rehearsed, calls_forever
 
     def reply(self, messages, tools, *, seed=None, context=None):
         text = messages[-1]["content"] or ""
@@ -38,8 +42,9 @@ class ScriptedChat:
             reviews = sum(e["kind"] == "assess" for e in self.log)
             return AssistantReply(content=f"Achieved: no. Attempt review #{reviews}")
         if kind == "memory":
-            return AssistantReply(content="Check the apple stock first. " + "word " * 100)
-        if messages[-1]["role"] == "tool":
+            memories = sum(e["kind"] == "memory" for e in self.log)
+            return AssistantReply(content=f"Memory-{memories}: check the apple stock first. " + "word " * 100)
+        if messages[-1]["role"] == "tool" and not self.calls_forever:
             return AssistantReply(content="There are 3 apples.")
         return AssistantReply(tool_calls=[ToolCall("get_stock", {"item": "apple"}, id="c1")],
                               finish_reason="tool_calls")
@@ -52,62 +57,117 @@ def test_private_function_takes_no_environment():
     assert not [p for p in inspect.signature(rehearse_chat).parameters if "env" in p.lower()]
 
 
-def test_parallel_rehearsal_episodes_reviews_and_memory(kit):
+def test_parallel_n2_two_episodes_on_the_state_machine(kit):
     pol = ScriptedChat()
-    reh = rehearse_chat(pol, MESSAGES, kit.TOOLS, n=3, mode="parallel", seed=1, options=TTSConfig(memory_max_tokens=10))
-    assert [e.termination for e in reh.episodes] == ["final_reply", "final_reply"]
-    ep = reh.episodes[0]
-    assert [m["role"] for m in ep.messages] == ["system", "user", "assistant", "tool", "assistant"]
-    assert json.loads(ep.messages[3]["content"]) == {"item": "apple", "stock": 3}  # written by the policy
-    assert [e.achieved for e in reh.episodes] == [False, False]
-    assert reh.memory.split() == ["Check", "the", "apple", "stock", "first."] + ["word"] * 5  # capped at 10
-    act_seeds = [e["seed"] for e in pol.log if e["kind"] == "act" and e["context"].get("step") == 0]
+    reh = rehearse_chat(pol, MESSAGES, kit.TOOLS, n=2, mode="parallel", seed=1, options=TTSConfig(memory_max_tokens=10))
+    (phase,) = reh.phases
+    assert len(phase.rehearsals) == 2
+    assert [t.termination for t in phase.rehearsals] == [TerminationReason.FINAL_REPLY] * 2
+    ep = phase.rehearsals[0]
+    assert [m.role for m in ep.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert json.loads(ep.messages[3].content) == {"item": "apple", "stock": 3}  # written by the policy
+    assert [t.role for t in ep.turns] == [Role.ACT, Role.REHEARSE, Role.ACT] and ep.env_calls == 0
+    assert phase.achieved == [False, False]
+    assert reh.memory.split() == ["Memory-1:", "check", "the", "apple", "stock", "first."] + ["word"] * 4  # 10 words
+    act_seeds = [e["seed"] for e in pol.log if e["kind"] == "act" and len(e["messages"]) == 2]
     assert len(act_seeds) == 2 and act_seeds[0] != act_seeds[1]
     assert {e["temperature"] for e in pol.log} == {1.0}  # explore temperature on a copy
     assert pol.temperature == 0.0  # the caller's policy is untouched
     assert {e["max_tokens"] for e in pol.log if e["kind"] == "memory"} == {10}
     assert all(e["context"]["tts"] == "private" for e in pol.log)
-    # no earlier attempts shown in parallel mode
     assert not any(EARLIER_HEADER in e["messages"][0]["content"] for e in pol.log if e["kind"] == "act")
+    # no few-shot: the Rehearse prompt shows no reference pairs
+    rehearse_prompt = next(e for e in pol.log if e["kind"] == "rehearse")["messages"][-1]["content"]
+    assert '"response"' not in rehearse_prompt
 
 
-def test_sequential_rehearsal_shows_earlier_attempts(kit):
+def test_sequential_n2_second_sees_first_and_its_reflection(kit):
     pol = ScriptedChat()
-    rehearse_chat(pol, MESSAGES, kit.TOOLS, n=3, mode="sequential", seed=1)
-    firsts = [e for e in pol.log if e["kind"] == "act" and e["context"].get("step") == 0]
-    assert EARLIER_HEADER not in firsts[0]["messages"][0]["content"]
+    rehearse_chat(pol, MESSAGES, kit.TOOLS, n=2, mode="sequential", seed=1)
+    firsts = [e for e in pol.log if e["kind"] == "act" and e["messages"][-1]["role"] == "user"]
+    assert len(firsts) == 2 and EARLIER_HEADER not in firsts[0]["messages"][0]["content"]
     second = firsts[1]["messages"][0]["content"]
     assert second.startswith("You manage a shop.") and EARLIER_HEADER in second
-    assert "Attempt review #1" in second and "Tool[get_stock]" in second
+    assert "Attempt review #1" in second and "Tool[get_stock]" in second and "Attempt 2:" not in second
 
 
-def test_tts_policy_rehearses_once_per_episode_and_commits_with_memory(kit):
+def test_limits_and_terminations_are_the_machines(kit):
+    pol = ScriptedChat(calls_forever=True)
+    cfg = chat_rollout_config(pol, max_steps=8).model_copy(update={"max_calls_per_turn": 3})
+    (phase,) = rehearse_chat(pol, MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0, cfg=cfg).phases
+    assert phase.rehearsals[0].termination is TerminationReason.MAX_CALLS
+    assert len(phase.rehearsals[0].turns_of(Role.REHEARSE)) == 3
+    tight = cfg.model_copy(update={"max_context_tokens": 300})
+    (phase,) = rehearse_chat(pol, MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0, cfg=tight).phases
+    assert phase.rehearsals[0].termination is TerminationReason.CONTEXT_LIMIT
+    bad = ScriptedChat(rehearsed="the stock is probably 3")
+    (phase,) = rehearse_chat(bad, MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0).phases
+    ep = phase.rehearsals[0]
+    assert ep.termination is TerminationReason.REHEARSE_ERROR
+    assert "NO_EXECUTION_RESULT_TAG_FOUND" in ep.messages[-1].content
+
+
+def test_a_reply_the_policy_marked_malformed_is_an_invalid_call(kit):
+    class Broken(ScriptedChat):
+        def reply(self, messages, tools, *, seed=None, context=None):
+            if SEC_CURRENT in (messages[-1]["content"] or "") or ASSESS_MARK in (messages[-1]["content"] or ""):
+                return super().reply(messages, tools, seed=seed, context=context)
+            return AssistantReply(content="<tool_call>{oops", parse_error=ErrorCode.JSON_DECODE, detail="bad")
+
+    (phase,) = rehearse_chat(Broken(), MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0).phases
+    assert phase.rehearsals[0].termination is TerminationReason.INVALID_TOOL_CALL
+
+
+def test_tts_policy_rehearses_per_episode_and_commits_with_memory(kit):
     pol = ScriptedChat()
     wrapped = TTSPolicy(pol, 2, "parallel", seed=3)
     ctx = {"benchmark": "x", "entry_id": "e1", "sample": 0}
     r1 = wrapped.reply(MESSAGES, kit.TOOLS, seed=9, context=ctx)
     n_private = len(pol.log) - 1
-    assert [e["kind"] for e in pol.log[:n_private]] == ["act", "rehearse", "act", "assess", "memory"]
+    assert sorted(e["kind"] for e in pol.log[:n_private]) == sorted(["act", "rehearse", "act"] * 2
+                                                                    + ["assess"] * 2 + ["memory"])
     commit = pol.log[-1]
-    assert commit["context"] == ctx and commit["temperature"] == 0.01 and commit["seed"] == 9
+    assert commit["context"] == ctx and commit["temperature"] == 0.0 and commit["seed"] == 9
     system = commit["messages"][0]["content"]
-    assert MEMORY_HEADER in system and "Check the apple stock" in system
-    # later queries of the same episode reuse the memory; a new entry rehearses again
+    assert MEMORY_HEADER in system and "Memory-1" in system
+    # later queries of the same episode without a new user message reuse the memory; a new entry rehearses
     history = MESSAGES + [r1.to_message(), {"role": "tool", "tool_call_id": "c1", "content": "{}"}]
     wrapped.reply(history, kit.TOOLS, context={**ctx, "step": 1})
     assert len(pol.log) == n_private + 2
     wrapped.reply(MESSAGES, kit.TOOLS, context={**ctx, "entry_id": "e2"})
-    assert len(pol.log) == 2 * n_private + 3
-    assert len(wrapped.rehearsals) == 2
+    assert len(pol.log) == 2 * n_private + 3 and len(wrapped.rehearsals) == 2
 
 
-def test_n1_wrapper_is_the_plain_policy(kit):
+def test_tts_policy_every_turn_rehearses_again_with_memory_carried(kit):
     pol = ScriptedChat()
-    TTSPolicy(pol, 1, "sequential").reply(MESSAGES, kit.TOOLS, seed=4)
+    wrapped = TTSPolicy(pol, 1, "parallel", seed=3, options=TTSConfig(rehearse_at="every"))
+    ctx = {"benchmark": "x", "entry_id": "e1", "sample": 0}
+    r1 = wrapped.reply(MESSAGES, kit.TOOLS, context=ctx)
+    history = MESSAGES + [r1.to_message(), {"role": "tool", "tool_call_id": "c1", "content": "{}"},
+                          {"role": "assistant", "content": "3 apples."}, {"role": "user", "content": "And pears?"}]
+    wrapped.reply(history, kit.TOOLS, context=ctx)
+    memories = [e for e in pol.log if e["kind"] == "memory"]
+    assert len(memories) == 2 and "Memory-1" in memories[1]["messages"][-1]["content"]
+    assert [ph.user_turn for ph in wrapped.rehearsals[json_key(ctx)].phases] == [0, 1]
+    assert "Memory-2" in pol.log[-1]["messages"][0]["content"] and "Memory-1" not in pol.log[-1]["messages"][0]["content"]
+    # the second private phase started from the said conversation, the new user message last
+    second_acts = [e for e in pol.log if e["kind"] == "act" and e["context"].get("tts") == "private"][-1]
+    assert "And pears?" in json.dumps(second_acts["messages"])
+
+
+def json_key(ctx):
+    from envace.rollout.tts_chat import episode_key
+
+    return episode_key([], ctx)
+
+
+def test_n0_wrapper_is_the_plain_policy(kit):
+    pol = ScriptedChat()
+    TTSPolicy(pol, 0, "sequential").reply(MESSAGES, kit.TOOLS, seed=4)
     assert len(pol.log) == 1 and pol.log[0]["messages"] == MESSAGES
 
 
-def test_committed_episode_creates_the_environment_after_the_private_phase(kit):
+def test_committed_chat_episode_after_the_private_phase(kit):
     pol = ScriptedChat()
     made = []
 
@@ -118,17 +178,31 @@ def test_committed_episode_creates_the_environment_after_the_private_phase(kit):
         return made[-1][1]
 
     task = kit.make_task("t", ["How many apples?"], {"apple": 5, "pear": 1})
-    out = tts_chat_episode(pol, MESSAGES, kit.TOOLS, factory, task, n=3, mode="sequential", seed=0)
-    assert len(made) == 1 and made[0][0] == len([e for e in pol.log if e["context"].get("tts") == "private"])
+    (traj,) = tts_chat_episode(pol, task, factory, n=2, mode="sequential", seed=0)
+    # every generation before the environment existed was private (explore temperature), none after it
+    assert len(made) == 1 and [e["temperature"] for e in pol.log[:made[0][0]]] == [1.0] * made[0][0]
+    assert {(e["kind"], e["temperature"]) for e in pol.log[made[0][0]:]} == {("act", 0.0)}
     env = made[0][1]
-    assert [c.name for c in env.executed] == ["get_stock"] and out.env_calls == 1
-    assert json.loads(out.messages[3]["content"]) == {"item": "apple", "stock": 5}  # the real answer
-    assert out.termination == "final_reply" and MEMORY_HEADER in out.messages[0]["content"]
+    assert [c.name for c in env.executed] == ["get_stock"] and traj.env_calls == 1
+    assert json.loads(traj.messages[3].content) == {"item": "apple", "stock": 5}  # the real answer
+    assert traj.termination is TerminationReason.FINAL_REPLY and MEMORY_HEADER in traj.messages[0].content
+    assert len(traj.tts["private"]) == 2 and traj.tts["n"] == 2
 
 
-def test_malformed_rehearsal_ends_the_private_episode(kit):
-    pol = ScriptedChat(rehearsed="the stock is probably 3")
-    reh = rehearse_chat(pol, MESSAGES, kit.TOOLS, n=2, mode="parallel", seed=0)
-    ep = reh.episodes[0]
-    assert ep.termination == "rehearse_error"
-    assert "NO_EXECUTION_RESULT_TAG_FOUND" in ep.messages[-1]["content"]
+def test_openai_messages_link_calls_and_results():
+    msgs = [{"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+                "name": "a", "arguments": {"x": 1}}}, {"type": "function", "function": {"name": "b", "arguments": {}}}]},
+            {"role": "tool", "content": "1", "name": "a"}, {"role": "tool", "content": "2", "name": "b"}]
+    out = openai_messages(msgs)
+    assert [c["id"] for c in out[1]["tool_calls"]] == ["call_0", "call_1"]
+    assert out[1]["tool_calls"][0]["function"]["arguments"] == '{"x": 1}'
+    assert [m["tool_call_id"] for m in out[2:]] == ["call_0", "call_1"]
+
+
+def test_rollout_config_default_is_the_policys_temperature():
+    pol = ScriptedChat()
+    pol.temperature = 0.3
+    cfg = chat_rollout_config(pol)
+    assert isinstance(cfg, RolloutConfig) and cfg.act.temperature == 0.3 and cfg.few_shot is False
+    assert isinstance(cfg.act, SamplingConfig)

@@ -51,7 +51,8 @@ class Tau2Benchmark:
         if k < 1:
             raise ValueError(f"k {k} must be >= 1")
         t2 = load_tau2(self.checkout)
-        user = self.user_sim if self.user_sim is not None else policy
+        # never a test-time-rehearsal wrapper (its `inner` is the plain policy): its memory must not reach the user
+        user = self.user_sim if self.user_sim is not None else getattr(policy, "inner", policy)
         records: list[dict[str, Any]] = []
         cats: dict[str, CategoryScore] = {}
         groups: dict[str, float | None] = {}

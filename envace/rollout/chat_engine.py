@@ -1,0 +1,119 @@
+"""A `BenchPolicy` (chat messages in, one reply out) behind the `GenerationEngine` protocol, so chat-level
+callers (benchmarks, any OpenAI-compatible endpoint) run episodes through the ONE rollout state machine
+(envace.rollout.machine) with its handlers, limits and `TerminationReason`s.
+
+The machine sees `chat = True` and sends the conversation in `GenRequest.messages` (OpenAI shape, tool
+schemas in `GenRequest.tools`); this adapter normalises it for an OpenAI endpoint (call ids, JSON-string
+arguments, `tool_call_id` on tool results), asks the policy, and returns the reply as Act text (content +
+Hermes `<tool_call>` blocks), which the machine parses with the same parser as token-level output. A
+reply the policy itself classified as malformed keeps its error (`GenResult.meta["parse_error"]`).
+
+Sampling: a BenchPolicy fixes its own temperature / max_tokens; the request's values are applied to a
+copy of the policy when it has those attributes (OpenAIPolicy, HFChatPolicy), else the policy is used
+as it is and `notes` says so. No token ids or log-probs exist at this level (Turn fields stay empty).
+Context limit: counted with the policy's own tokenizer when it has one (HFChatPolicy), else estimated as
+characters / `chars_per_token` (a departure: an HTTP endpoint does not expose its tokenizer).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from envace.benchmarks.base import AssistantReply, BenchPolicy
+from envace.engines.base import GenRequest, GenResult
+from envace.toolcall import render_tool_call
+
+
+def act_text(reply: AssistantReply) -> str:
+    """The reply as the Act role's text: visible content, then one Hermes block per call."""
+    parts = [reply.content] if reply.content else []
+    return "\n".join(parts + [render_tool_call(c) for c in reply.tool_calls])
+
+
+def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as an OpenAI endpoint wants them: every call with an id and JSON-string arguments, every
+    tool result with the `tool_call_id` of the call it answers (calls answered in order)."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+    n = 0
+    for m in messages:
+        msg = dict(m)
+        if msg.get("tool_calls"):
+            calls = []
+            for c in msg["tool_calls"]:
+                fn = dict(c.get("function", c))
+                args = fn.get("arguments", {})
+                cid = c.get("id") or f"call_{n}"
+                n += 1
+                calls.append({"id": cid, "type": "function",
+                              "function": {"name": fn.get("name"), "arguments":
+                                           args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
+                pending.append(cid)
+            msg["tool_calls"] = calls
+        elif msg.get("role") == "tool" and not msg.get("tool_call_id"):
+            msg["tool_call_id"] = pending.pop(0) if pending else f"call_{n}"
+        if msg.get("role") == "tool" and msg.get("tool_call_id") in pending:
+            pending.remove(msg["tool_call_id"])
+        out.append(msg)
+    return out
+
+
+class ChatPolicyEngine:
+    """`GenerationEngine` over a `BenchPolicy` (see module doc). `context` is passed to every reply."""
+
+    chat = True
+    tokenizer = None
+
+    def __init__(self, policy: BenchPolicy, *, context: Mapping[str, Any] | None = None,
+                 chars_per_token: float = 4.0) -> None:
+        self.policy = policy
+        self.context = dict(context or {})
+        self.chars_per_token = chars_per_token
+        self.notes: list[str] = []
+        self._copies: dict[tuple[float, int], BenchPolicy] = {}
+
+    def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+        model = getattr(self.policy, "model", None)
+        if model is not None and hasattr(model, "render"):
+            try:
+                return len(model.render(openai_messages(messages), tools)[1])
+            except Exception:  # a template that cannot render this: fall back to the estimate
+                pass
+        chars = len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools or [], ensure_ascii=False))
+        return int(chars / self.chars_per_token) + 1
+
+    def _policy_for(self, temperature: float, max_tokens: int) -> BenchPolicy:
+        key = (temperature, max_tokens)
+        if key not in self._copies:
+            have = {k: v for k, v in (("temperature", temperature), ("max_tokens", max_tokens))
+                    if hasattr(self.policy, k)}
+            for k in ("temperature", "max_tokens"):
+                note = f"{type(self.policy).__name__} has no {k!r}; used as is"
+                if k not in have and note not in self.notes:
+                    self.notes.append(note)
+            pol = self.policy
+            if have:
+                pol = copy.copy(self.policy)
+                for k, v in have.items():
+                    setattr(pol, k, v)
+            self._copies[key] = pol
+        return self._copies[key]
+
+    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+        out = []
+        for req in requests:
+            if req.messages is None:
+                raise ValueError("ChatPolicyEngine needs GenRequest.messages (a chat-level request); the rollout "
+                                 "sends them to engines with chat = True")
+            pol = self._policy_for(req.temperature, req.max_new_tokens)
+            reply = pol.reply(openai_messages(req.messages), list(req.tools or []), seed=req.seed,
+                              context=self.context)
+            meta: dict[str, Any] = {"finish_reason": reply.finish_reason}
+            if reply.parse_error is not None:
+                meta["parse_error"], meta["detail"] = reply.parse_error, reply.detail
+            out.append(GenResult(token_ids=[], logprobs=[], text=act_text(reply),
+                                 finish_reason="length" if reply.finish_reason == "length" else "stop", meta=meta))
+        return out
