@@ -120,6 +120,9 @@ def main() -> None:
     if args.quick:
         args.eval_tasks, args.rl_seeds, args.eval_seeds, args.methods = 6, "0", "0,1", "envace,grpo_env"
         args.set = [*args.set, "steps=2", "prompts_per_step=2", "k=2"]
+    unknown = [m for m in args.methods.split(",") if m and m not in METHODS]
+    if unknown:
+        ap.error(f"--methods: unknown {unknown}; choose from {sorted(METHODS)}")
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -133,14 +136,20 @@ def main() -> None:
         return
     tasks = held_out_tasks(args.split, args.eval_tasks)
     eval_seeds = [int(s) for s in args.eval_seeds.split(",")]
-    t0 = time.perf_counter()
-    base = score_checkpoint(args.sft_dir / "model", None, tasks, eval_seeds, args.sft_dir / "eval_cache")
-    print(f"SFT scored ({time.perf_counter() - t0:.0f} s, cached): greedy success {base['greedy'].success.mean():.3f} "
-          f"reward {base['greedy'].reward.mean():.3f}; T=1 success {base['t1'].success.mean():.3f} "
-          f"reward {base['t1'].reward.mean():.3f}", flush=True)
+    base: dict[str, TaskScores] = {}
+
+    def sft_scores() -> dict[str, TaskScores]:  # after the first training run (a parallel run may have cached it)
+        if not base:
+            t0 = time.perf_counter()
+            base.update(score_checkpoint(args.sft_dir / "model", None, tasks, eval_seeds, args.sft_dir / "eval_cache"))
+            print(f"SFT scored ({time.perf_counter() - t0:.0f} s, cached): greedy success {base['greedy'].success.mean():.3f} "
+                  f"reward {base['greedy'].reward.mean():.3f}; T=1 success {base['t1'].success.mean():.3f} "
+                  f"reward {base['t1'].reward.mean():.3f}", flush=True)
+        return base
+
     report = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": {}}
     per_method: dict[str, list[dict[str, TaskScores]]] = {}
-    for method in args.methods.split(","):
+    for method in [m for m in args.methods.split(",") if m]:  # "" = only score the SFT checkpoint
         for seed in (int(s) for s in args.rl_seeds.split(",")):
             name = f"{method}_s{seed}"
             act, reh, info = train_one(args, method, seed, out / name)
@@ -148,6 +157,7 @@ def main() -> None:
             scores = score_checkpoint(act, reh, tasks, eval_seeds, out / name / "eval_cache")
             info["eval_s"] = time.perf_counter() - t1
             per_method.setdefault(method, []).append(scores)
+            sft_scores()
             run = {"method": method, "seed": seed, "split": args.split, "tasks": len(tasks), "tag": args.tag,
                    "config": args.config, "set": args.set, **info,
                    "greedy": row_of(compare(base["greedy"], scores["greedy"], n_boot=args.n_boot)),
@@ -158,6 +168,8 @@ def main() -> None:
                 with open(args.results, "a") as f:
                     f.write(json.dumps(run) + "\n")
             (out / "report.json").write_text(json.dumps(report, indent=2))
+    if not per_method:
+        sft_scores()
     report["methods"] = summarize(base, per_method, args.n_boot)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     print_table(report)

@@ -214,15 +214,24 @@ def compare(base: TaskScores, other: TaskScores, *, n_boot: int = 10_000, seed: 
 
 def load_or_score(cache: Path | None, engine_factory: Any, tasks: list[Task], *, seeds: list[int],
                   temperature: float, k: int = 1) -> TaskScores:
-    """Score once per (checkpoint, tasks, seeds, T): `cache` is a JSON file written after scoring."""
-    if cache is not None and cache.is_file():
-        ts = TaskScores.from_json(json.loads(cache.read_text()))
-        if ts.task_ids == [t.uuid for t in tasks] and ts.seeds == list(seeds) and ts.k == k and ts.temperature == temperature:
-            return ts
-    ts = score_tasks(engine_factory(), tasks, seeds=seeds, temperature=temperature, k=k)
-    if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(ts.to_json()))
+    """Score once per (checkpoint, tasks, seeds, T): `cache` is a JSON file written after scoring. An
+    exclusive lock beside it makes concurrent processes wait for one scoring instead of repeating it."""
+    if cache is None:
+        return score_tasks(engine_factory(), tasks, seeds=seeds, temperature=temperature, k=k)
+    import fcntl
+
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache.is_file():
+            ts = TaskScores.from_json(json.loads(cache.read_text()))
+            if (ts.task_ids == [t.uuid for t in tasks] and ts.seeds == list(seeds) and ts.k == k
+                    and ts.temperature == temperature):
+                return ts
+        ts = score_tasks(engine_factory(), tasks, seeds=seeds, temperature=temperature, k=k)
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps(ts.to_json()))
+        tmp.replace(cache)
     return ts
 
 
