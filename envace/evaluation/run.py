@@ -6,6 +6,8 @@ Store: one run of kind `eval` (at `tracking.store_url`, default `<out>/store.db`
 the tool-world trajectories with mode `eval`: step = the evaluation seed, split = the task split for the
 scored episodes and `<split>-fidelity` for the rehearse-mode fidelity pass, keys (prompt, sample) from
 the rollout. Written by the same `TrajectoryWriter` as training, so a re-put key is a no-op.
+With test-time rehearsal (`tts_n > 0`) the scored episodes are stored with mode `tts-commit` and their
+private rehearsals with mode `tts-private`, linked (envace.store.tts).
 """
 
 from __future__ import annotations
@@ -101,6 +103,11 @@ class _EvalStore:
 
     def put(self, kind: str, seed: int, trajs: list) -> None:
         split = self.cfg.split if kind == "env" else f"{self.cfg.split}-{kind}"
+        if kind == "env" and self.cfg.tts_n > 0:  # committed runs (tts-commit) + private rehearsals (tts-private)
+            from envace.store.tts import put_tts
+
+            put_tts(self.writer, trajs, step=seed, split=split)
+            return
         self.writer.put(trajs, step=seed, mode="eval", split=split)
 
     def close(self, status: str | None) -> None:

@@ -38,11 +38,14 @@ from envace.store.models import (
     TurnRow,
 )
 from envace.store.rows import ITEM_COLUMNS, PAIR_COLUMNS, TURN_COLUMNS, Bundle
+from envace.store.tts_models import COMMIT_COLUMNS, REHEARSAL_COLUMNS, TTSCommit, TTSRehearsal
 
 _TRAJ = TrajectoryRow.__table__
 _TRAJ_COLUMNS = tuple(c.name for c in _TRAJ.columns if c.name != "id")
 _CHILDREN = ((TurnRow.__table__, "turns", TURN_COLUMNS), (RewardItem.__table__, "items", ITEM_COLUMNS),
-             (FidelityPair.__table__, "pairs", PAIR_COLUMNS))
+             (FidelityPair.__table__, "pairs", PAIR_COLUMNS),
+             (TTSCommit.__table__, "tts_commits", COMMIT_COLUMNS),
+             (TTSRehearsal.__table__, "tts_rehearsals", REHEARSAL_COLUMNS))
 _NAMED = re.compile(r"%\((\w+)\)s")
 _MAX_ROWS_PER_STATEMENT = 500
 

@@ -49,6 +49,8 @@ class Bundle:
     turns: list[tuple] = field(default_factory=list)
     items: list[tuple] = field(default_factory=list)
     pairs: list[tuple] = field(default_factory=list)
+    tts_commits: list[tuple] = field(default_factory=list)  # test-time rehearsal rows (envace.store.tts)
+    tts_rehearsals: list[tuple] = field(default_factory=list)
     _key: tuple | None = None
 
     def key(self) -> tuple:
@@ -305,4 +307,9 @@ def to_bundle(traj: Trajectory, run_id: str, step: int, mode: TrajectoryMode, sp
         "role_mask": mask, "reward_breakdown": json_text(rest) if rest else None,
         "created_at": now or utcnow(),
     }
-    return Bundle(row, turns, _items(breakdown), pairs)
+    bundle = Bundle(row, turns, _items(breakdown), pairs)
+    if traj.tts:
+        from envace.store.tts import tts_rows  # only for test-time rehearsal records
+
+        bundle.tts_commits, bundle.tts_rehearsals = tts_rows(traj, row, json_text)
+    return bundle

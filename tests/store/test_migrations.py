@@ -16,7 +16,7 @@ from envace.store.session import (
     upgrade,
 )
 
-TABLES = {"runs", "trajectories", "turns", "reward_items", "fidelity_pairs"}
+TABLES = {"runs", "trajectories", "turns", "reward_items", "fidelity_pairs", "tts_commits", "tts_rehearsals"}
 
 
 def tables(url: str) -> set[str]:
