@@ -1,7 +1,9 @@
 """Run records: register a run (idempotently) and update its status.
 
 `register_run` is safe to call from every process of a run and again after a resume: the first call
-inserts the row, later calls fill in fields that were given and leave the others alone.
+inserts the row, later calls fill in fields that were given and leave the others alone. The stored config
+has its secrets masked (`envace.secrets`: a URL password never reaches the store). A run ends FINISHED,
+FAILED or KILLED through `set_run_status` (`envace.trainers.tracking.RunTracker.close` does it).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from envace.secrets import mask_secrets
 from envace.store.models import Run, RunKind, RunStatus, utcnow
 
 
@@ -54,7 +57,8 @@ def _insert_ignore(conn: Connection, table: sa.Table, row: dict[str, Any]) -> No
 def register_run(target: Engine | Connection, info: RunInfo) -> None:
     """Insert the run if missing; otherwise update the fields given (non-None, non-default name)."""
     table = Run.__table__
-    row = {"id": info.id, "name": info.name, "kind": info.kind, "status": info.status, "config": info.config,
+    config = mask_secrets(info.config) if info.config is not None else None
+    row = {"id": info.id, "name": info.name, "kind": info.kind, "status": info.status, "config": config,
            "git_commit": info.git_commit, "mlflow_run_id": info.mlflow_run_id, "parent_id": info.parent_id,
            "created_at": utcnow(), "updated_at": utcnow()}
     updates = {k: v for k, v in row.items()
@@ -85,6 +89,18 @@ def set_run_status(target: Engine | Connection, run_id: str, status: RunStatus |
         res = target.execute(stmt)
     if res.rowcount == 0:
         raise KeyError(f"run {run_id!r} is not in the store; register it first (register_run)")
+
+
+def get_run_status(target: Engine | Connection, run_id: str) -> RunStatus | None:
+    """The run's status, or None when the run is not in the store."""
+    table = Run.__table__
+    stmt = sa.select(table.c.status).where(table.c.id == run_id)
+    if isinstance(target, Engine):
+        with target.connect() as conn:
+            value = conn.execute(stmt).scalar()
+    else:
+        value = target.execute(stmt).scalar()
+    return None if value is None else RunStatus(value)
 
 
 def ensure_run(target: Engine | Connection, run_id: str) -> None:

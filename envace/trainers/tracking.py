@@ -10,21 +10,34 @@ Cost per step (bench/tracking_overhead.py): the store writer converts on this th
 own; MLflow's SQL store costs ~15 ms of CPU and a synced commit per `log_batch` whatever its size, so
 step metrics are buffered and sent at most every `METRICS_INTERVAL_S` seconds, at every `flush` (so all
 steps up to a checkpoint are in MLflow before the checkpoint is written) and at `close`.
+
+How the run ends: `close()` ends the MLflow run and the store run alike, FINISHED on a normal exit, FAILED
+when an exception is propagating through the caller's `finally` (or the tracker's own writes fail), KILLED
+on Ctrl-C or SIGTERM (`envace.tracking.lifecycle`; the SIGTERM handler is installed while the run is open).
+A failure while the tracker starts (e.g. the store's database refuses the connection) ends the MLflow run
+FAILED before the error propagates. The run ids are also kept in `<out_dir>/tracking_runs.json` from the
+start, so a run SIGKILLed before its first checkpoint is marked KILLED by the next start in that directory
+instead of staying RUNNING forever.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import sys
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
+from envace.tracking.lifecycle import RunOutcome, outcome_of
 from envace.trainers.config import TrainConfig
 from envace.types import Trajectory
 
 SAMPLE_TRAJECTORIES = 4  # trajectories per step written as an MLflow artifact at checkpoints
 METRICS_INTERVAL_S = 5.0  # step metrics reach MLflow at most this late (and at every checkpoint)
+RUN_IDS = "tracking_runs.json"  # <out_dir>/...: the ids of the run that last started in this directory
 
 
 def default_mlflow_uri(out_dir: str | Path) -> str:
@@ -52,8 +65,21 @@ class RunTracker:
         self._samples: list[dict[str, Any]] = []
         self._metrics: list[tuple[int, dict[str, Any], int]] = []  # (step, metrics, ms) not sent yet
         self._sent_at = time.monotonic()
+        self._closed = False
+        self.mlflow = None
         if not self.enabled:
             return
+        try:
+            self._open(cfg, meta, kind)
+        except BaseException:  # the MLflow run (if it started) ends FAILED / KILLED, not RUNNING forever
+            if self.mlflow is not None:
+                self.mlflow.outcome = outcome_of(sys.exc_info()[1])
+                if self.mlflow.outcome is RunOutcome.FINISHED:
+                    self.mlflow.outcome = RunOutcome.FAILED
+            self._stack.close()
+            raise
+
+    def _open(self, cfg: TrainConfig, meta: dict[str, Any], kind: str) -> None:
         from envace.store.runs import RunInfo
         from envace.store.writer import TrajectoryWriter
         from envace.tracking.gitinfo import git_commit
@@ -74,6 +100,31 @@ class RunTracker:
         self.writer = TrajectoryWriter(store, self.run_id, run=RunInfo(
             id=self.run_id, name=Path(cfg.out_dir).name, kind=kind, config=cfg.model_dump(mode="json"),
             git_commit=git_commit(), mlflow_run_id=self.mlflow_run_id, parent_id=None))
+        self._close_predecessor()
+
+    def _close_predecessor(self) -> None:
+        """Mark KILLED the runs of the last start in this directory if they are still RUNNING (a SIGKILL
+        before the first checkpoint: nothing resumed them), then record this run's ids there."""
+        from envace.store.runs import get_run_status, set_run_status
+
+        path = Path(self.cfg.out_dir) / RUN_IDS
+        try:
+            old = json.loads(path.read_text()) if path.is_file() else {}
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            old = {}
+        old_ml, old_store = old.get("mlflow_run_id"), old.get("store_run_id")
+        if old_ml and old_ml != self.mlflow_run_id:
+            try:
+                if self.mlflow.client.get_run(old_ml).info.status == "RUNNING":
+                    self.mlflow.client.set_terminated(old_ml, RunOutcome.KILLED.value)
+                    self.mlflow.client.set_tag(old_ml, "envace.ended_by", f"restart as {self.mlflow_run_id}")
+            except Exception as exc:  # noqa: BLE001 - another tracking URI than last time: nothing to close here
+                warnings.warn(f"could not close the previous MLflow run {old_ml} of {self.cfg.out_dir}: {exc}",
+                              stacklevel=3)
+        if old_store and old_store != self.run_id and get_run_status(self.writer.engine, old_store) == "running":
+            set_run_status(self.writer.engine, old_store, RunOutcome.KILLED.store_status)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"mlflow_run_id": self.mlflow_run_id, "store_run_id": self.run_id}, indent=2))
 
     def log_step(self, step: int, metrics: dict[str, float], trajs: list[Trajectory]) -> None:
         if not self.enabled:
@@ -105,13 +156,39 @@ class RunTracker:
         if self.enabled:
             self.mlflow.log_checkpoint(path, artifact_path="checkpoint")
 
-    def close(self) -> None:
+    def close(self, outcome: RunOutcome | None = None) -> None:
+        """Send what is buffered, close the store writer and end both runs. Without `outcome`, it is read
+        from the exception propagating through the caller (`close()` in a `finally` block): FINISHED when
+        none, KILLED for Ctrl-C / SIGTERM, FAILED otherwise. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if outcome is None:
+            outcome = outcome_of(sys.exc_info()[1])
+        error: BaseException | None = None
         try:
             if self.enabled:
                 self._send_metrics()
+        except BaseException as exc:  # noqa: BLE001 - still close the writer and end the runs
+            error = exc
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        except BaseException as exc:  # noqa: BLE001
+            error = error or exc
+        if error is not None and outcome is RunOutcome.FINISHED:
+            outcome = RunOutcome.FAILED
+        try:
+            if self.writer is not None:
+                from envace.store.runs import set_run_status
+
+                set_run_status(self.writer.engine, self.run_id, outcome.store_status)
+                self.writer.engine.dispose()
+        except BaseException as exc:  # noqa: BLE001
+            error = error or exc
         finally:
-            try:
-                if self.writer is not None:
-                    self.writer.close()
-            finally:
-                self._stack.close()
+            if self.mlflow is not None:
+                self.mlflow.outcome = outcome
+            self._stack.close()
+        if error is not None:
+            raise error
