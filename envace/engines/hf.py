@@ -4,7 +4,8 @@ A hand-written sampling loop over `model(input_ids, past_key_values=..., use_cac
 `model.generate`, because RL needs per-row control that `generate` does not give:
 - per-request temperature (0 = greedy), top-p, max_new_tokens and stop strings in one batch;
 - per-request seeds: each row draws its uniforms from its own `torch.Generator`, and sampling is an
-  inverse-CDF lookup computed row by row, so a request gives the same tokens alone or in any batch;
+  inverse-CDF lookup per row (`envace.engines.fast_sampling`: vocabulary order at top_p = 1, no sort), so
+  a request gives the same tokens alone or in any batch;
 - the sampled token's log-prob under the convention of `envace.engines.base` (log_softmax(logits / T)
   over the full vocabulary, before top-p truncation; greedy rows at T = 1), which is exactly what
   `envace.engines.scoring.response_logprobs` recomputes for the loss.
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from envace.engines.base import GenRequest, GenResult, is_greedy, logprob_temperature
+from envace.engines.fast_sampling import row_uniforms, sample_tokens
 from envace.models.loading import load_policy, pick_device
 
 SEED_RANGE = 2**62
@@ -51,34 +53,24 @@ def sample_rows(logits: torch.Tensor, temperatures: list[float], top_ps: list[fl
                 uniforms: list[float | None]) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row and return (tokens (n,), log-probs (n,)).
 
-    logits: (n, V) float32. A greedy row takes the argmax; a sampled row takes the first token, in
-    descending-probability order (stable sort), whose cumulative probability exceeds u * (kept mass),
-    where the kept set is the smallest prefix holding `top_p` mass. The log-prob is always the full-vocab
-    log_softmax(logits / T) of the chosen token (T = 1 for greedy).
+    logits: (n, V) float32. A greedy row takes the argmax; a sampled row takes the token its uniform u
+    selects under the convention of `envace.engines.fast_sampling` (inverse CDF in vocabulary order at
+    top_p = 1; over the nucleus in descending-probability order otherwise). The log-prob is always the
+    full-vocab log_softmax(logits / T) of the chosen token (T = 1 for greedy).
     """
-    n = logits.shape[0]
-    temps = torch.tensor([logprob_temperature(t) for t in temperatures], dtype=logits.dtype,
-                         device=logits.device)
-    logp = torch.log_softmax(logits / temps[:, None], dim=-1)
-    tokens = logits.argmax(dim=-1)
-    sampled = [i for i in range(n) if not is_greedy(temperatures[i])]
-    if sampled:
-        rows = torch.tensor(sampled, device=logits.device)
-        probs = logp[rows].double().exp()
-        sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-        cum = sorted_p.cumsum(dim=-1)
-        top_p = torch.tensor([top_ps[i] for i in sampled], dtype=cum.dtype, device=cum.device)
-        n_keep = ((cum - sorted_p) < top_p[:, None]).sum(dim=-1).clamp(min=1)
-        kept_mass = cum.gather(1, (n_keep - 1)[:, None])
-        u = torch.tensor([uniforms[i] for i in sampled], dtype=cum.dtype, device=cum.device)[:, None]
-        pick = torch.searchsorted(cum, u * kept_mass, right=True)
-        pick = torch.minimum(pick, (n_keep - 1)[:, None])
-        tokens[rows] = order.gather(1, pick).squeeze(1)
-    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+    dev = logits.device
+    greedy = [is_greedy(t) for t in temperatures]
+    temps = torch.tensor([logprob_temperature(t) for t in temperatures], dtype=logits.dtype, device=dev)
+    top_p = torch.tensor([1.0 if g else float(p) for g, p in zip(greedy, top_ps)], dtype=torch.float64, device=dev)
+    u = torch.tensor([0.0 if g else float(x) for g, x in zip(greedy, uniforms)], dtype=torch.float64, device=dev)
+    return sample_tokens(logits, temps, torch.tensor(greedy, device=dev), top_p, u,
+                         any_greedy=any(greedy), any_nucleus=bool((top_p < 1.0).any()))
 
 
 class HFEngine:
     """`GenerationEngine` over a local transformers causal LM. Holds no gradients."""
+
+    name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any, device: str | torch.device | None = None,
                  max_batch: int = 64) -> None:
@@ -128,7 +120,8 @@ class HFEngine:
             mask[i, width - len(r.prompt_ids):] = 1
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         seeds = [r.seed if r.seed is not None else int(torch.randint(0, SEED_RANGE, (1,))) for r in reqs]
-        gens = [torch.Generator().manual_seed(s) for s in seeds]
+        # Each row's uniforms, drawn up front: the same stream as one draw per token.
+        draws = [row_uniforms(s, r.max_new_tokens).tolist() for s, r in zip(seeds, reqs)]
 
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
         cache, logits = out.past_key_values, out.logits[:, -1].float()
@@ -140,7 +133,7 @@ class HFEngine:
         active = list(range(b))  # request index of each live batch row
         while True:
             live = [reqs[i] for i in active]
-            uniforms = [None if is_greedy(r.temperature) else float(torch.rand((), generator=gens[i]))
+            uniforms = [None if is_greedy(r.temperature) else draws[i][len(tokens[i])]
                         for i, r in zip(active, live)]
             tok, lp = sample_rows(logits, [r.temperature for r in live], [r.top_p for r in live], uniforms)
             keep: list[int] = []

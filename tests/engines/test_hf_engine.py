@@ -124,8 +124,16 @@ def test_bad_requests_are_named(engine):
 
 
 def slow_sample(logits_row, temperature, top_p, u):
-    """Reference: probabilities at T, kept set = most likely tokens until top_p mass, inverse CDF on u."""
+    """Reference: probabilities at T; top_p = 1: inverse CDF on u in vocabulary order; otherwise kept set =
+    most likely tokens until top_p mass, inverse CDF on u in descending order."""
     probs = torch.softmax(logits_row.double() / temperature, -1).tolist()
+    if top_p >= 1.0:
+        acc, total = 0.0, sum(probs)
+        for j, p in enumerate(probs):
+            acc += p
+            if acc > u * total:
+                return j
+        return len(probs) - 1
     ranked = sorted(range(len(probs)), key=lambda j: (-probs[j], j))
     kept, mass = [], 0.0
     for j in ranked:

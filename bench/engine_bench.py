@@ -1,0 +1,153 @@
+"""Generation speed: the fast engine vs HFEngine vs plain `model.generate`, against the CPU's matmul roof.
+
+    OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/engine_bench.py            # 64 x 40 from ~200 tokens
+    OMP_NUM_THREADS=1 .venv/bin/python bench/engine_bench.py --rows 16 --repeats 3   # quick
+
+Work (issue 13): `--rows` prompts of ~`--prompt-tokens` tokens (lengths vary +-10 %), `--new` new tokens each,
+T = 1, top_p = 1, one torch thread, on the project's tiny model built in a temp dir by
+`envace.models.tiny.init_tiny_model` (random weights; the speed does not depend on them). Every arm is
+forced to produce exactly `--new` tokens (end-of-sequence ids disabled) so all do the same work. Arms
+run interleaved (rotating order) `--repeats` times; the medians are compared in the same run.
+
+Times are reported twice: wall clock (the claim) and process CPU time (steadier when other processes share
+the cores; the roof is then measured with the same clock). Roof: the best single-thread float32 matmul rate measured in this run (N x N x N sgemm) and the model's
+FLOPs for the work: 2 x (non-embedding matmul weights) per token processed, 2 x hidden x vocab for every
+position whose logits are computed (each prompt's last token and each decode step), 4 x heads x head_dim
+x context per layer for attention. "% of roof" = (FLOPs / roof) / measured time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def matmul_roof(n: int = 1024, reps: int = 5, clock=time.perf_counter) -> float:
+    """Best float32 matmul GFLOP/s over `reps` n x n x n products, timed with `clock`."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(reps):
+        t = clock()
+        a @ b
+        best = min(best, clock() - t)
+    return 2 * n ** 3 / best / 1e9
+
+
+def model_flops(cfg, prompt_lens: list[int], new: int) -> float:
+    h, kvh, hd, hid, inter = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size,
+                              cfg.intermediate_size)
+    per_layer = hid * (h + 2 * kvh) * hd + h * hd * hid + 3 * hid * inter
+    linear = 2 * per_layer * cfg.num_hidden_layers
+    head = 2 * hid * cfg.vocab_size
+    total = 0.0
+    for n in prompt_lens:
+        ctx = sum(range(1, n + 1)) + sum(range(n + 1, n + new))  # keys attended by each processed position
+        total += linear * (n + new - 1) + head * new + 4 * h * hd * ctx * cfg.num_hidden_layers
+    return total
+
+
+def build_model(tmp: Path):
+    from envace.models.corpus import world_corpus
+    from envace.models.loading import load_policy
+    from envace.models.tiny import TinyModelConfig, init_tiny_model
+
+    corpus = list(world_corpus(300, seed=0))
+    path = init_tiny_model(corpus, tmp / "tiny", TinyModelConfig())
+    model, tok = load_policy(path, device="cpu")
+    return model, tok, corpus
+
+
+def make_prompts(tok, corpus: list[str], rows: int, target: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    ids = tok.encode("\n".join(corpus), add_special_tokens=False)
+    out = []
+    for _ in range(rows):
+        n = rng.randint(int(target * 0.9), int(target * 1.1))
+        start = rng.randrange(0, len(ids) - n)
+        out.append(ids[start:start + n])
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--new", type=int, default=40)
+    ap.add_argument("--prompt-tokens", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from envace.engines.base import GenRequest
+    from envace.engines.fast import FastEngine
+    from envace.engines.hf import HFEngine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model, tok, corpus = build_model(Path(tmp))
+    prompts = make_prompts(tok, corpus, args.rows, args.prompt_tokens)
+    reqs = [GenRequest(p, temperature=1.0, max_new_tokens=args.new, seed=i) for i, p in enumerate(prompts)]
+    fast, hf = FastEngine(model, tok, device="cpu"), HFEngine(model, tok, device="cpu")
+    fast.stop_ids = hf.stop_ids = set()  # same work in every arm: exactly --new tokens per row
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), 1
+
+    def run_fast() -> int:
+        return sum(len(r.token_ids) for r in fast.generate(reqs))
+
+    def run_hf() -> int:
+        return sum(len(r.token_ids) for r in hf.generate(reqs))
+
+    @torch.inference_mode()
+    def run_generate() -> int:
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
+                             top_k=0, max_new_tokens=args.new, min_new_tokens=args.new, eos_token_id=None,
+                             pad_token_id=tok.pad_token_id)
+        return (out.shape[1] - width) * out.shape[0]
+
+    arms = {"fast engine": run_fast, "HFEngine": run_hf, "model.generate": run_generate}
+    for fn in arms.values():  # warm-up, untimed
+        fn()
+    clocks = {"wall": time.perf_counter, "cpu": time.process_time}
+    times: dict[str, dict[str, list[float]]] = {c: {k: [] for k in arms} for c in clocks}
+    roofs: dict[str, list[float]] = {c: [] for c in clocks}
+    n_new = 0
+    names = list(arms)
+    for rep in range(args.repeats):
+        for c, clock in clocks.items():
+            roofs[c].append(matmul_roof(clock=clock))
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            n_new = arms[name]()
+            times["wall"][name].append(time.perf_counter() - t0)
+            times["cpu"][name].append(time.process_time() - c0)
+    flops = model_flops(model.config, [len(p) for p in prompts], args.new)
+    print(f"work: {len(prompts)} prompts of {min(map(len, prompts))}-{width} tokens, {args.new} new tokens each "
+          f"({n_new} new tokens), {args.threads} thread(s), {args.repeats} interleaved repeats, "
+          f"{flops / 1e9:.2f} GFLOP")
+    for c in clocks:  # wall time is the claim; CPU time is the steadier measure on a shared machine
+        roof = statistics.median(roofs[c])
+        print(f"[{c} time] roof {roof:.1f} GFLOP/s float32 matmul (median of per-repeat bests) "
+              f"-> {flops / roof / 1e9 * 1e3:.0f} ms at roof")
+        base = statistics.median(times[c]["model.generate"])
+        for name in names:
+            med = statistics.median(times[c][name])
+            print(f"  {name:15s} median {med * 1e3:7.1f} ms  {n_new / med:8.0f} new tok/s  "
+                  f"{flops / roof / 1e9 / med * 100:5.1f} % of roof  x{base / med:.2f} vs model.generate  "
+                  f"(all: {', '.join(f'{t * 1e3:.0f}' for t in times[c][name])} ms)")
+        ratio = statistics.median(times[c]["HFEngine"]) / statistics.median(times[c]["fast engine"])
+        print(f"  fast engine vs HFEngine: x{ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()

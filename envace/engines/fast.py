@@ -1,0 +1,161 @@
+"""The fast embedded generation engine: `GenerationEngine` over a Qwen3 model with a static KV cache.
+
+Same contract and same results as `envace.engines.hf.HFEngine` (the reference implementation, kept for
+the models this one cannot run; `envace.engines.factory.make_engine` chooses): per-request temperature
+(0 = greedy), top_p, max_new_tokens, stop strings and seed; log-probs under the convention of
+`envace.engines.base`; each row's uniforms come from its own seed (`fast_sampling.row_uniforms`), so a
+request gives the same tokens alone, in any batch, and in either engine (up to float rounding of the
+logits). The arithmetic is `envace.engines.fast_model.Qwen3Kernel`.
+
+How it saves time against HFEngine:
+- one static cache per call, prompts prefilled packed (no padding), GQA without head copies;
+- sampling without a full-vocabulary sort (`fast_sampling`);
+- finished rows are kept (and ignored) until at least a quarter of the batch has finished, then dropped
+  in one copy of the live rows, instead of a cache copy at every finish;
+- stop strings are checked on the decode of a tail window of the continuation, long enough to hold any
+  stop string (byte-level tokens carry at least one byte each), not on the whole continuation; a window
+  hit is confirmed on the full decode, so the stop point is the one HFEngine finds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from envace.engines.base import GenRequest, GenResult, is_greedy, logprob_temperature
+from envace.engines.fast_model import KVCache, Qwen3Kernel, unsupported_reason
+from envace.engines.fast_sampling import row_uniforms, sample_tokens
+from envace.engines.hf import SEED_RANGE, stop_token_ids
+from envace.models.loading import pick_device
+
+__all__ = ["FastEngine", "unsupported_reason"]
+
+# A row's tail window for stop strings: the stop's UTF-8 bytes plus this many tokens (a token that ends
+# the previous character, and slack for a window starting inside a multi-byte character).
+STOP_WINDOW_SLACK = 3
+
+
+class FastEngine:
+    """`GenerationEngine` over a local Qwen3ForCausalLM (see module docstring). Holds no gradients."""
+
+    name = "fast"
+
+    def __init__(self, model: Any, tokenizer: Any, device: str | torch.device | None = None,
+                 max_batch: int = 64, prefill_tokens: int = 2048) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch {max_batch} must be >= 1")
+        self.device = torch.device(device) if device is not None else pick_device()
+        self.model = model.to(self.device)
+        self.kernel = Qwen3Kernel(self.model)
+        self.tokenizer = tokenizer
+        self.max_batch = max_batch
+        self.prefill_tokens = prefill_tokens
+        self.stop_ids = stop_token_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if pad is None:
+            raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
+        self.pad_id = int(pad)
+
+    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+        for i, r in enumerate(requests):
+            if not r.prompt_ids:
+                raise ValueError(f"request {i} has an empty prompt; pass at least one prompt token")
+            if r.max_new_tokens < 1:
+                raise ValueError(f"request {i} has max_new_tokens={r.max_new_tokens}; it must be >= 1")
+            if not 0.0 < r.top_p <= 1.0:
+                raise ValueError(f"request {i} has top_p={r.top_p}; it must be in (0, 1]")
+        order = sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt_ids))
+        results: list[GenResult | None] = [None] * len(requests)
+        for start in range(0, len(order), self.max_batch):
+            chunk = order[start:start + self.max_batch]
+            for i, res in zip(chunk, self._generate_batch([requests[i] for i in chunk])):
+                results[i] = res
+        return results  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def _generate_batch(self, reqs: list[GenRequest]) -> list[GenResult]:
+        kern, dev, b = self.kernel, self.device, len(reqs)
+        kern.refresh()
+        width = max(len(r.prompt_ids) for r in reqs)
+        max_new = max(r.max_new_tokens for r in reqs)
+        kern.rope_table(width + max_new)
+        cache = KVCache(kern.n_layers, b, kern.kvh, kern.hd, width + max_new, kern.dtype, dev)
+        logits = self._prefill(cache, reqs, width)
+
+        seeds = [r.seed if r.seed is not None else int(torch.randint(0, SEED_RANGE, (1,))) for r in reqs]
+        greedy_l = [is_greedy(r.temperature) for r in reqs]
+        temps = torch.tensor([logprob_temperature(r.temperature) for r in reqs], dtype=torch.float32, device=dev)
+        greedy = torch.tensor(greedy_l, device=dev)
+        top_p = torch.tensor([1.0 if g else r.top_p for g, r in zip(greedy_l, reqs)], dtype=torch.float64, device=dev)
+        uniforms = torch.zeros(b, max_new, dtype=torch.float64)
+        for i, (s, r) in enumerate(zip(seeds, reqs)):
+            if not greedy_l[i]:
+                uniforms[i, :r.max_new_tokens] = row_uniforms(s, r.max_new_tokens)
+        uniforms = uniforms.to(dev)
+        any_greedy, any_nucleus = any(greedy_l), bool((top_p < 1.0).any())
+        pos = torch.tensor([len(r.prompt_ids) for r in reqs], device=dev)
+
+        tokens: list[list[int]] = [[] for _ in reqs]
+        logprobs: list[list[float]] = [[] for _ in reqs]
+        finish: list[str] = ["length"] * b
+        matched: list[str | None] = [None] * b
+        rows = list(range(b))  # request index of each cache row
+        live = [True] * b  # per cache row
+        n_live = b
+        for step in range(max_new):
+            tok, lp = sample_tokens(logits, temps, greedy, top_p, uniforms[:, step],
+                                    any_greedy=any_greedy, any_nucleus=any_nucleus)
+            for row, (t, p) in enumerate(zip(tok.tolist(), lp.tolist())):
+                if not live[row]:
+                    continue
+                i = rows[row]
+                tokens[i].append(t)
+                logprobs[i].append(p)
+                if t in self.stop_ids:
+                    finish[i], matched[i] = "stop", self.tokenizer.convert_ids_to_tokens(t)
+                elif reqs[i].stop and (hit := self._stop_hit(tokens[i], reqs[i].stop)) is not None:
+                    finish[i], matched[i] = "stop", hit
+                elif len(tokens[i]) < reqs[i].max_new_tokens:
+                    continue
+                live[row] = False
+                n_live -= 1
+            if n_live == 0:
+                break
+            if 4 * (len(rows) - n_live) >= len(rows):
+                keep = [row for row in range(len(rows)) if live[row]]
+                sel = torch.tensor(keep, device=dev)
+                cache.keep(sel)
+                tok, pos, temps, greedy, top_p, uniforms = (
+                    t.index_select(0, sel) for t in (tok, pos, temps, greedy, top_p, uniforms))
+                rows, live = [rows[row] for row in keep], [True] * len(keep)
+            logits = kern.decode(cache, tok, pos, width + step)
+            pos = pos + 1
+        return [self._result(tokens[i], logprobs[i], finish[i], matched[i], seeds[i], len(reqs[i].prompt_ids))
+                for i in range(b)]
+
+    def _prefill(self, cache: KVCache, reqs: list[GenRequest], width: int) -> torch.Tensor:
+        """Prefill in packed chunks of about `prefill_tokens` tokens; logits (rows, V) at each last token."""
+        out, chunk, n_tok = [], [], 0
+        for i, r in enumerate(reqs):
+            chunk.append(i)
+            n_tok += len(r.prompt_ids)
+            if n_tok >= self.prefill_tokens or i == len(reqs) - 1:
+                out.append(self.kernel.prefill(cache, chunk, [reqs[j].prompt_ids for j in chunk], width))
+                chunk, n_tok = [], 0
+        return torch.cat(out)
+
+    def _stop_hit(self, ids: list[int], stops: list[str]) -> str | None:
+        window = max(len(s.encode("utf-8")) for s in stops) + STOP_WINDOW_SLACK
+        tail = self.tokenizer.decode(ids[-window:], skip_special_tokens=False)
+        if not any(s and s in tail for s in stops):
+            return None
+        text = tail if len(ids) <= window else self.tokenizer.decode(ids, skip_special_tokens=False)
+        return next((s for s in stops if s and s in text), None)
+
+    def _result(self, ids: list[int], lps: list[float], finish: str, matched: str | None, seed: int,
+                prompt_len: int) -> GenResult:
+        shown = ids[:-1] if ids and ids[-1] in self.stop_ids else ids
+        text = self.tokenizer.decode(shown, skip_special_tokens=False)
+        return GenResult(token_ids=ids, logprobs=lps, text=text, finish_reason=finish,
+                         meta={"seed": seed, "stop": matched, "prompt_tokens": prompt_len})

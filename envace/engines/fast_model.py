@@ -1,0 +1,224 @@
+"""A hand-written Qwen3 forward for generation with a static KV cache (the fast engine's arithmetic).
+
+Runs a transformers `Qwen3ForCausalLM` with the model's own weights: RMSNorm, q/k RMSNorm per head,
+rotary embeddings (the table is computed by the model's own rotary module), grouped-query attention,
+SwiGLU MLP, tied or untied output layer. What it does differently from the transformers forward, all for
+speed at batch decode:
+- the q/k/v projections are fused into one matmul, and the attention scale is folded into the
+  q norm weight. The fused copies are rebuilt whenever a source parameter changes (its storage or its
+  in-place version counter: optimizer steps and `load_state_dict` bump it), so an engine built once
+  follows the trained weights. Writes through `param.data` do not bump the counter; call `refresh(force=True)`.
+- the KV cache is preallocated for the whole call: K stored transposed (rows*kv_heads, head_dim, T) and V
+  as (rows*kv_heads, T, head_dim), so a decode step writes one column and reads a slice, never a concat.
+- grouped-query attention reshapes the queries to (kv_heads, group) instead of repeating K/V heads.
+- prefill runs the prompts packed (no padding) through the linear layers, and attention prompt by prompt;
+  only each prompt's last position goes through the output layer.
+Prompts are right-aligned at column W (the longest prompt); column j < W - len is masked for that row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """Why the fast forward cannot run `model` (None when it can)."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) != "qwen3":
+        return f"architecture {getattr(cfg, 'model_type', None)!r} is not qwen3"
+    if getattr(cfg, "attention_bias", False):
+        return "attention projections have biases"
+    if getattr(cfg, "use_sliding_window", False) or any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+        return "sliding-window attention layers"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"activation {cfg.hidden_act!r} is not silu"
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        return f"rope type {rope.get('rope_type')!r} is not 'default'"
+    if not hasattr(getattr(model, "model", None), "layers") or not hasattr(model, "lm_head"):
+        return "model does not have the Qwen3ForCausalLM module layout"
+    device = next(model.parameters()).device
+    if device.type not in ("cpu", "cuda"):
+        return f"device {device.type!r} is not cpu or cuda"
+    return None
+
+
+@dataclass
+class _Layer:
+    ln1: torch.Tensor
+    wqkv: torch.Tensor  # (q + k + v out, hidden)
+    qk_norm: torch.Tensor  # (heads + kv_heads, head_dim); the q rows carry the attention scale
+    wo_t: torch.Tensor  # (heads*head_dim, hidden) view of o_proj.weight.T
+    ln2: torch.Tensor
+    wgate: torch.Tensor
+    wup: torch.Tensor
+    wdown_t: torch.Tensor
+
+
+class KVCache:
+    """Static per-call cache: K transposed (rows*kvh, hd, T), V (rows*kvh, T, hd), and a mask bias per row."""
+
+    def __init__(self, n_layers: int, rows: int, kvh: int, hd: int, width: int, dtype, device) -> None:
+        self.rows, self.kvh = rows, kvh
+        self.k = [torch.zeros(rows * kvh, hd, width, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [torch.zeros(rows * kvh, width, hd, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.bias = torch.zeros(rows, 1, 1, width, dtype=dtype, device=device)
+
+    def keep(self, sel: torch.Tensor) -> None:
+        """Drop the rows not in `sel` (a copy of the live rows, done rarely: see the engine)."""
+        kvh = self.kvh
+        self.k = [k.view(self.rows, kvh, *k.shape[1:]).index_select(0, sel).view(-1, *k.shape[1:]) for k in self.k]
+        self.v = [v.view(self.rows, kvh, *v.shape[1:]).index_select(0, sel).view(-1, *v.shape[1:]) for v in self.v]
+        self.bias = self.bias.index_select(0, sel)
+        self.rows = int(sel.numel())
+
+
+class Qwen3Kernel:
+    """Prefill and decode steps for one Qwen3ForCausalLM (see module docstring)."""
+
+    def __init__(self, model: Any) -> None:
+        reason = unsupported_reason(model)
+        if reason is not None:
+            raise ValueError(f"the fast engine cannot run this model: {reason}; use HFEngine")
+        cfg = model.config
+        self.model = model
+        self.h, self.kvh = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.h
+        self.hidden, self.eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.n_layers = cfg.num_hidden_layers
+        self._key: tuple | None = None
+        self._cos = self._sin = None
+
+    # ----- weights --------------------------------------------------------------------------------
+
+    def _sources(self) -> list[torch.Tensor]:
+        m = self.model
+        out = [m.model.embed_tokens.weight, m.model.norm.weight, m.lm_head.weight]
+        for layer in m.model.layers:
+            a, mlp = layer.self_attn, layer.mlp
+            out += [layer.input_layernorm.weight, a.q_proj.weight, a.k_proj.weight, a.v_proj.weight,
+                    a.q_norm.weight, a.k_norm.weight, a.o_proj.weight, layer.post_attention_layernorm.weight,
+                    mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
+        return out
+
+    def refresh(self, force: bool = False) -> None:
+        """Rebuild the fused weights if any source parameter changed since the last build."""
+        src = self._sources()
+        key = tuple((p.data_ptr(), p._version) for p in src)
+        if key == self._key and not force:
+            return
+        m = self.model
+        self.embed, self.norm, self.lm_head = src[0].detach(), src[1].detach(), src[2].detach()
+        self.dtype, self.device = self.embed.dtype, self.embed.device
+        scale = self.hd ** -0.5
+        self.layers = []
+        with torch.no_grad():
+            for layer in m.model.layers:
+                a, mlp = layer.self_attn, layer.mlp
+                self.layers.append(_Layer(
+                    ln1=layer.input_layernorm.weight.detach(),
+                    wqkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(),
+                    qk_norm=torch.cat([(a.q_norm.weight * scale).expand(self.h, -1),
+                                       a.k_norm.weight.expand(self.kvh, -1)]).detach(),
+                    wo_t=a.o_proj.weight.detach().t(),
+                    ln2=layer.post_attention_layernorm.weight.detach(),
+                    wgate=mlp.gate_proj.weight.detach(), wup=mlp.up_proj.weight.detach(),
+                    wdown_t=mlp.down_proj.weight.detach().t()))
+        self._key = key
+
+    def rope_table(self, n_pos: int) -> None:
+        """cos and sin (n_pos, head_dim) from the model's own rotary module; sin carries rotate_half's sign."""
+        if self._cos is not None and self._cos.shape[0] >= n_pos:
+            return
+        n = max(n_pos, getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        pos = torch.arange(n, device=self.device)[None]
+        probe = torch.zeros(1, dtype=self.dtype, device=self.device)
+        cos, sin = self.model.model.rotary_emb(probe, pos)
+        half = self.hd // 2
+        self._cos = cos[0].contiguous()
+        self._sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1).contiguous()
+
+    # ----- shared pieces --------------------------------------------------------------------------
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        """RMSNorm over the last dim (fewer passes over x than F.rms_norm's CPU decomposition)."""
+        r = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
+        r = r.square_().div_(x.shape[-1]).add_(self.eps).rsqrt_().to(x.dtype)
+        return x * r if weight is None else torch.mul(x, r).mul_(weight)
+
+    def _qkv(self, layer: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Normed, rotated q (n, h, hd) and k (n, kvh, hd), and v (n, kvh, hd), for n token rows."""
+        n, h, kvh, hd = x.shape[0], self.h, self.kvh, self.hd
+        qkv = F.linear(self._rms(x, layer.ln1), layer.wqkv)
+        qk = self._rms(qkv[:, :(h + kvh) * hd].view(n, h + kvh, hd), layer.qk_norm)
+        # RoPE: x*cos + rotate_half(x)*sin, with rotate_half(x)*sin = roll(x, hd/2) * (sign-carrying sin)
+        qk = torch.addcmul(qk * cos, qk.roll(hd // 2, dims=-1), sin)
+        return qk[:, :h], qk[:, h:], qkv[:, (h + kvh) * hd:].view(n, kvh, hd)
+
+    def _mlp(self, layer: _Layer, x: torch.Tensor) -> torch.Tensor:
+        xn = self._rms(x, layer.ln2)
+        # two matmuls rather than one fused gate/up: silu and the product then run on contiguous tensors
+        act = F.silu(F.linear(xn, layer.wgate), inplace=True).mul_(F.linear(xn, layer.wup))
+        return torch.addmm(x, act, layer.wdown_t)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(self._rms(x, self.norm), self.lm_head).float()
+
+    # ----- prefill --------------------------------------------------------------------------------
+
+    def prefill(self, cache: KVCache, rows: list[int], prompts: list[list[int]], width: int) -> torch.Tensor:
+        """Run `prompts` (packed) into cache rows `rows`, right-aligned at column `width`; return the
+        logits (len(prompts), V) at each prompt's last token."""
+        dev, h, kvh, hd = self.device, self.h, self.kvh, self.hd
+        lens = [len(p) for p in prompts]
+        ids = torch.tensor([t for p in prompts for t in p], dtype=torch.long, device=dev)
+        pos = torch.cat([torch.arange(n, device=dev) for n in lens])
+        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]
+        starts = [0]
+        for n in lens:
+            starts.append(starts[-1] + n)
+        for r, n in zip(rows, lens):
+            cache.bias[r, ..., :width - n] = float("-inf")
+        x = self.embed[ids]
+        attn = torch.empty(ids.shape[0], h, hd, dtype=self.dtype, device=dev)
+        for li, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, x, cos, sin)
+            kc, vc = cache.k[li], cache.v[li]
+            for r, s, e in zip(rows, starts, starts[1:]):
+                kr, vr = k[s:e].transpose(0, 1), v[s:e].transpose(0, 1)  # (kvh, L, hd)
+                kc[r * kvh:(r + 1) * kvh, :, width - (e - s):width] = kr.transpose(1, 2)
+                vc[r * kvh:(r + 1) * kvh, width - (e - s):width] = vr
+                o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1)[None], kr[None], vr[None],
+                                                   is_causal=True, scale=1.0, enable_gqa=True)
+                attn[s:e] = o[0].transpose(0, 1)
+            x = torch.addmm(x, attn.view(-1, h * hd), layer.wo_t)
+            x = self._mlp(layer, x)
+        last = torch.tensor([e - 1 for e in starts[1:]], device=dev)
+        return self.logits(x[last])
+
+    # ----- decode ---------------------------------------------------------------------------------
+
+    def decode(self, cache: KVCache, tokens: torch.Tensor, pos: torch.Tensor, col: int) -> torch.Tensor:
+        """One token per cache row: `tokens` (rows,) at RoPE positions `pos`, written at cache column
+        `col`; attention over columns 0..col. Returns logits (rows, V)."""
+        b, h, kvh, hd = tokens.shape[0], self.h, self.kvh, self.hd
+        g = h // kvh
+        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]
+        bias = cache.bias[..., :col + 1]
+        x = self.embed[tokens]
+        for li, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, x, cos, sin)
+            kc, vc = cache.k[li], cache.v[li]
+            kc[:, :, col] = k.reshape(b * kvh, hd)
+            vc[:, col] = v.reshape(b * kvh, hd)
+            # queries of one kv head side by side: (rows*kvh, group, hd) against that head's K/V
+            scores = torch.bmm(q.reshape(b * kvh, g, hd), kc[:, :, :col + 1])
+            probs = scores.view(b, kvh, g, col + 1).add_(bias).softmax(dim=-1)
+            o = torch.bmm(probs.view(b * kvh, g, col + 1), vc[:, :col + 1])
+            x = torch.addmm(x, o.view(b, h * hd), layer.wo_t)
+            x = self._mlp(layer, x)
+        return self.logits(x)

@@ -1,0 +1,251 @@
+"""FastEngine on a tiny random Qwen3 against HFEngine (the reference) and against the trainer's log-prob
+recomputation; the sampling convention against slow loops; the engine factory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from envace.engines.base import GenerationEngine, GenRequest
+from envace.engines.factory import engine_name, make_engine
+from envace.engines.fast import FastEngine
+from envace.engines.fast_sampling import TOPK_SLICE, row_uniforms, sample_tokens
+from envace.engines.hf import HFEngine
+from envace.engines.scoring import response_logprobs
+from envace.models.loading import load_policy
+from envace.rollout.machine import ACT_STOP, REHEARSE_STOP
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_dir):
+    """A fast and an HF engine over the SAME model object (a perturbation is seen by both)."""
+    model, tok = load_policy(tiny_dir, device="cpu")
+    return FastEngine(model, tok, device="cpu"), HFEngine(model, tok, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def varied(tiny_dir):
+    """Engines over a perturbed copy of the model: the random init only ever repeats one token."""
+    model, tok = load_policy(tiny_dir, device="cpu")
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.1)
+    return FastEngine(model, tok, device="cpu"), HFEngine(model, tok, device="cpu")
+
+
+def chat_ids(tok, text: str, extra: str = "") -> list[int]:
+    msgs = [{"role": "user", "content": text}]
+    return tok.encode(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) + extra,
+                      add_special_tokens=False)
+
+
+TEXTS = ["How many apple?", "We received 12 boxes of pear, please add them. Then tell me the total of all stock.",
+         "hi", '{"item": "rope", "qty": 7}', "Done: nail stock is now 40. Anything else about salt or tape?"]
+
+
+@pytest.fixture(scope="module")
+def prompts(pair):
+    tok = pair[0].tokenizer
+    out = [chat_ids(tok, t) for t in TEXTS]
+    assert len({len(p) for p in out}) == len(out)  # varied lengths: left alignment is exercised
+    return out
+
+
+def same_results(a, b, lp_tol=1e-5):
+    assert [x.token_ids for x in a] == [y.token_ids for y in b]
+    assert [(x.text, x.finish_reason, x.meta) for x in a] == [(y.text, y.finish_reason, y.meta) for y in b]
+    for x, y in zip(a, b):
+        assert x.logprobs == pytest.approx(y.logprobs, abs=lp_tol)
+
+
+def test_is_a_generation_engine_with_a_name(pair):
+    fast, hf = pair
+    assert isinstance(fast, GenerationEngine)
+    assert (engine_name(fast), engine_name(hf)) == ("fast", "hf")
+    assert fast.stop_ids == hf.stop_ids
+
+
+def test_greedy_equals_hf_on_random_and_perturbed_model(pair, prompts):
+    fast, hf = pair
+    reqs = [GenRequest(p, temperature=0.0, max_new_tokens=16, seed=i) for i, p in enumerate(prompts)]
+    same_results(fast.generate(reqs), hf.generate(reqs))
+    before = fast.generate(reqs)
+    g = torch.Generator().manual_seed(5)
+    saved = {n: p.detach().clone() for n, p in fast.model.named_parameters()}
+    try:
+        with torch.no_grad():  # in place, after the engine was built: the fused weights must follow
+            for p in fast.model.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.1)
+        after = fast.generate(reqs)
+        assert [o.token_ids for o in after] != [o.token_ids for o in before]
+        assert len({t for o in after for t in o.token_ids}) > 10  # a varied continuation, not one repeated id
+        same_results(after, hf.generate(reqs))
+    finally:
+        with torch.no_grad():
+            for n, p in fast.model.named_parameters():
+                p.copy_(saved[n])
+    assert [o.token_ids for o in fast.generate(reqs)] == [o.token_ids for o in before]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_sampled_logprobs_equal_recomputation_for_both_roles(varied, prompts, temperature):
+    fast, hf = varied
+    tok = fast.tokenizer
+    act = [GenRequest(p, temperature=temperature, max_new_tokens=12, stop=list(ACT_STOP), seed=10 + i)
+           for i, p in enumerate(prompts)]
+    rehearse = [GenRequest(chat_ids(tok, t, "<tool_response>\n"), temperature=temperature, max_new_tokens=10,
+                           stop=list(REHEARSE_STOP), seed=20 + i) for i, t in enumerate(TEXTS[:3])]
+    for reqs in (act, rehearse):
+        out = fast.generate(reqs)
+        with torch.no_grad():
+            lp, mask, _ = response_logprobs(fast.model, [r.prompt_ids for r in reqs], [o.token_ids for o in out],
+                                            [r.temperature for r in reqs], fast.pad_id)
+        for i, o in enumerate(out):
+            n = len(o.token_ids)
+            assert n > 0 and mask[i, :n].eq(1).all()
+            assert torch.allclose(lp[i, :n], torch.tensor(o.logprobs), atol=1e-4, rtol=0), i
+        # the same seeds give the same tokens in the reference engine
+        same_results(out, hf.generate(reqs), lp_tol=1e-4)
+
+
+def test_same_seed_same_tokens_alone_or_in_any_batch(varied, prompts):
+    fast, _ = varied
+    req = GenRequest(prompts[1], temperature=1.0, max_new_tokens=16, seed=123)
+    alone = fast.generate([req])[0]
+    # short rows finish early, so the batch is compacted around the seeded row mid-generation
+    others = [GenRequest(p, temperature=t, top_p=tp, max_new_tokens=m, seed=s)
+              for p, t, tp, m, s in [(prompts[0], 1.0, 1.0, 2, 5), (prompts[2], 0.0, 1.0, 3, None),
+                                     (prompts[3], 0.5, 0.8, 1, 9), (prompts[4], 1.3, 1.0, 4, 7)]]
+    mixed = fast.generate([others[0], req, *others[1:]])
+    assert alone.token_ids == mixed[1].token_ids
+    assert alone.logprobs == pytest.approx(mixed[1].logprobs, abs=1e-5)
+    assert [len(o.token_ids) for o in mixed] == [2, 16, 3, 1, 4]
+    chunked = FastEngine(fast.model, fast.tokenizer, device="cpu", max_batch=2, prefill_tokens=1)
+    assert chunked.generate([others[0], req, *others[1:]])[1].token_ids == alone.token_ids
+    assert fast.generate([GenRequest(req.prompt_ids, temperature=1.0, max_new_tokens=16, seed=124)])[0].token_ids \
+        != alone.token_ids
+
+
+def test_stop_strings_max_new_tokens_and_eos_behave_as_hf(varied, prompts):
+    fast, hf = varied
+    tok = fast.tokenizer
+    base = hf.generate([GenRequest(prompts[1], temperature=0.0, max_new_tokens=24, seed=0)])[0]
+    full = tok.decode(base.token_ids)
+    stops = [full[k:k + 3] for k in (2, len(full) // 2, len(full) - 4)] + [full[-9:]]
+    reqs = [GenRequest(prompts[1], temperature=0.0, max_new_tokens=24, stop=["never-there", s], seed=0) for s in stops]
+    reqs += [GenRequest(prompts[1], temperature=0.0, max_new_tokens=5, stop=[full[-3:]], seed=0)]
+    out = fast.generate(reqs)
+    same_results(out, hf.generate(reqs))
+    assert [o.finish_reason for o in out] == ["stop"] * 4 + ["length"]
+    for s, o in zip(stops, out):  # independent expectation: the shortest prefix whose decode holds s
+        n = next(k for k in range(1, 25) if s in tok.decode(base.token_ids[:k]))
+        assert o.token_ids == base.token_ids[:n] and o.meta["stop"] == s
+
+    eos = base.token_ids[3]
+    saved = set(fast.stop_ids)
+    fast.stop_ids, hf.stop_ids = saved | {eos}, saved | {eos}
+    try:
+        reqs = [GenRequest(prompts[1], temperature=0.0, max_new_tokens=10, seed=0),
+                GenRequest(prompts[0], temperature=1.0, max_new_tokens=10, seed=3)]
+        out = fast.generate(reqs)
+        same_results(out, hf.generate(reqs))
+        first = base.token_ids.index(eos)
+        assert out[0].token_ids == base.token_ids[:first + 1] and out[0].finish_reason == "stop"
+        assert out[0].text == tok.decode(base.token_ids[:first])
+    finally:
+        fast.stop_ids, hf.stop_ids = saved, set(saved)
+
+
+def test_bad_requests_are_named(pair):
+    fast, _ = pair
+    with pytest.raises(ValueError, match="request 1 has an empty prompt"):
+        fast.generate([GenRequest([1, 2]), GenRequest([])])
+    with pytest.raises(ValueError, match="request 0 has max_new_tokens=0"):
+        fast.generate([GenRequest([1], max_new_tokens=0)])
+    with pytest.raises(ValueError, match="top_p=0.0"):
+        fast.generate([GenRequest([1], top_p=0.0)])
+
+
+# ----- sampling convention against slow loops ------------------------------------------------------------
+
+def slow_pick(logits_row, temperature, top_p, u):
+    """top_p = 1: walk ids 0..V-1 summing probabilities until the sum exceeds u * total. top_p < 1: rank by
+    (probability desc, id asc), keep the smallest prefix reaching top_p mass, walk it until u * kept mass."""
+    probs = torch.softmax(logits_row.double() / temperature, -1).tolist()
+    ranked = list(range(len(probs))) if top_p >= 1.0 else sorted(range(len(probs)), key=lambda j: (-probs[j], j))
+    kept, mass = [], 0.0
+    for j in ranked:
+        if top_p < 1.0 and mass >= top_p:
+            break
+        kept.append(j)
+        mass += probs[j]
+    acc = 0.0
+    for j in kept:
+        acc += probs[j]
+        if acc > u * mass:
+            return j
+    return kept[-1]
+
+
+def run_sample(logits, temps, top_ps, us):
+    greedy = [t == 0.0 for t in temps]
+    return sample_tokens(logits, torch.tensor([t or 1.0 for t in temps]), torch.tensor(greedy),
+                         torch.tensor(top_ps, dtype=torch.float64), torch.tensor(us, dtype=torch.float64),
+                         any_greedy=any(greedy), any_nucleus=any(p < 1 for p in top_ps))
+
+
+@pytest.mark.parametrize("shape", ["peaked", "flat", "ties"])
+def test_sample_tokens_match_slow_loops(shape):
+    g = torch.Generator().manual_seed(1)
+    n, v = 48, 300
+    logits = torch.randn(n, v, generator=g) * (4.0 if shape == "peaked" else 0.3)
+    if shape == "ties":  # equal logits around the top-k slice edge and inside it
+        logits = torch.randint(0, 6, (n, v), generator=g).float()
+    temps = [0.0 if i % 6 == 0 else 0.5 + (i % 3) * 0.4 for i in range(n)]
+    # 0.999 on flat rows forces the nucleus past the top-k slice (the full-sort fallback)
+    top_ps = [1.0 if i % 2 else (0.3, 0.9, 0.999)[i % 3] for i in range(n)]
+    us = [float(x) for x in torch.rand(n, generator=g, dtype=torch.float64)]
+    tokens, lps = run_sample(logits, temps, top_ps, us)
+    for i in range(n):
+        t = temps[i] or 1.0
+        want = int(logits[i].argmax()) if temps[i] == 0.0 else slow_pick(logits[i], t, top_ps[i], us[i])
+        assert int(tokens[i]) == want, i
+        assert float(lps[i]) == pytest.approx(float(torch.log_softmax(logits[i] / t, -1)[want]), abs=1e-5)
+    assert v > TOPK_SLICE
+
+
+def test_top_p_one_inverse_cdf_is_the_distribution():
+    """Vocabulary-order inverse CDF: over many uniforms the token frequencies follow softmax(logits / T)."""
+    logits = torch.tensor([[2.0, 0.0, 1.0, -1.0, 0.5]])
+    u = row_uniforms(0, 20000).double()
+    tokens, _ = run_sample(logits.expand(len(u), -1).contiguous(), [0.8] * len(u), [1.0] * len(u), u.tolist())
+    freq = torch.bincount(tokens, minlength=5).double() / len(u)
+    assert torch.allclose(freq, torch.softmax(logits[0].double() / 0.8, -1), atol=0.01)
+
+
+def test_row_uniforms_are_the_one_draw_per_token_stream():
+    gen = torch.Generator().manual_seed(42)
+    assert row_uniforms(42, 7).tolist() == [float(torch.rand((), generator=gen)) for _ in range(7)]
+
+
+# ----- factory ---------------------------------------------------------------------------------------------
+
+def test_factory_picks_fast_for_qwen3_and_hf_otherwise(pair, monkeypatch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fast, _ = pair
+    monkeypatch.delenv("ENVACE_ENGINE", raising=False)
+    assert isinstance(make_engine(fast.model, fast.tokenizer, "cpu"), FastEngine)
+    assert isinstance(make_engine(fast.model, fast.tokenizer, "cpu", kind="hf"), HFEngine)
+    monkeypatch.setenv("ENVACE_ENGINE", "hf")
+    assert engine_name(make_engine(fast.model, fast.tokenizer, "cpu")) == "hf"
+    monkeypatch.delenv("ENVACE_ENGINE")
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=fast.model.config.vocab_size, hidden_size=32,
+                                         intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1)).eval()
+    assert isinstance(make_engine(llama, fast.tokenizer, "cpu"), HFEngine)
+    with pytest.raises(ValueError, match="architecture 'llama' is not qwen3"):
+        make_engine(llama, fast.tokenizer, "cpu", kind="fast")
+    with pytest.raises(ValueError, match="must be auto, fast or hf"):
+        make_engine(llama, fast.tokenizer, "cpu", kind="vllm")
