@@ -13,6 +13,7 @@ import streamlit as st
 from dashboard import store_data as sd
 from dashboard.common import ANY, optional, require_store, settings
 from dashboard.render import render_trajectory
+from dashboard.tts_render import render_tts
 from envace.store.models import TrajectoryMode
 from envace.types import Role, TerminationReason
 
@@ -96,3 +97,4 @@ if rec is None:
     st.warning(f"No trajectory #{int(open_id)} in the store.")
     st.stop()
 render_trajectory(rec)
+render_tts(store, rec)  # a committed test-time-rehearsal run: its private rehearsals and memory
