@@ -1,0 +1,60 @@
+"""A sweep that builds its own SFT checkpoint first (a Prefect task, cached by a key file), trains from
+it through {sft:NAME}, and evaluates the SFT model itself as the base (no-RL) row of the table."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from envace.sweeps.cells import executions
+from envace.sweeps.grid import slugify
+
+pytestmark = pytest.mark.flows
+
+TOY_SFT = {"corpus_tasks": 12, "sft_tasks": 12, "steps": 2,
+           "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
+                    "intermediate_size": 64, "vocab_size": 400}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def pinned_code_version():
+    old = os.environ.get("ENVACE_CODE_VERSION")
+    os.environ["ENVACE_CODE_VERSION"] = "pinned-for-test"
+    yield
+    if old is None:
+        os.environ.pop("ENVACE_CODE_VERSION", None)
+    else:
+        os.environ["ENVACE_CODE_VERSION"] = old
+
+
+def test_sweep_builds_its_sft_once_and_reports_the_base_row(prefect_harness, write_sweep, toy_eval, tmp_path):
+    from flows.sweep import run_sweep_from_file
+
+    sft_out = tmp_path / "sft" / "toy"
+    path = write_sweep(tmp_path, "with-sft", {"variant": {"envace": []}}, eval_overrides=toy_eval,
+                       sft={"toy": {"out": str(sft_out), **TOY_SFT}}, baselines={"base": "toy"})
+    spec = __import__("yaml").safe_load(path.read_text())
+    spec["overrides"] = ["model={sft:toy}", *spec["overrides"][1:]]  # train from the sweep's own SFT
+    path.write_text(__import__("yaml").safe_dump(spec, sort_keys=False))
+
+    first = run_sweep_from_file(path)
+    assert first["failed"] == {}
+    assert first["sft"]["toy"]["cached"] is False and (sft_out / "model" / "config.json").is_file()
+    assert sorted(first["executed"]) == ["variant=base,seed=0", "variant=envace,seed=0"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    trained = client.get_run(first["child_runs"]["variant=envace,seed=0"])
+    assert trained.data.params.get("model") == str(sft_out / "model")
+    table = pd.read_csv(first["results_csv"])
+    base_row = table[(table["group"] == "variant=base") & (table["metric"] == "eval/world/success")].iloc[0]
+    base_run = client.get_run(first["child_runs"]["variant=base,seed=0"])
+    assert base_row["mean"] == pytest.approx(base_run.data.metrics["eval/world/success"])
+
+    again = run_sweep_from_file(path)
+    assert again["sft"]["toy"]["cached"] is True and again["executed"] == []
+    for name in ("variant=base,seed=0", "variant=envace,seed=0"):
+        cell_dir = Path(first["out_dir"]) / "cells" / slugify(name)
+        assert len([e for e in executions(cell_dir) if e["event"] == "start"]) == 1
