@@ -180,7 +180,13 @@ def sweep_run(config: Path):
     """Run an ablation / TTS sweep now (Prefect flow)."""
     from flows.sweep import run_sweep_from_file
 
-    typer.echo(json.dumps(run_sweep_from_file(config), indent=2, default=str))
+    summary = run_sweep_from_file(config)
+    typer.echo(json.dumps(summary, indent=2, default=str))
+    if summary.get("failed"):  # a sweep with failed cells is a failed command (its MLflow parent run is FAILED)
+        typer.secho(f"error: {len(summary['failed'])} of {len(summary['cells'])} sweep cells failed "
+                    f"({', '.join(sorted(summary['failed']))}): see 'failed' above; fix them and run "
+                    f"`envace sweep run {config}` again (finished cells are cached)", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
 
 
 @sweep_app.command("schedule")

@@ -56,13 +56,13 @@ def _say(msg: str) -> None:
 def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str) -> dict[str, Any]:
     from envace.evaluation.config import EvalConfig
     from envace.evaluation.world import evaluate_world
-    from envace.engines.hf import HFEngine
+    from envace.engines.factory import make_engine
     from envace.models.loading import load_policy
     from envace.tasksource import load_tasks
 
     ecfg = EvalConfig(model=str(model_dir), n_tasks=cfg.eval_tasks)
     model, tok = load_policy(model_dir)
-    engine = HFEngine(model, tok)
+    engine = make_engine(model, tok)
     tasks = load_tasks(ecfg.data, split="test", n=cfg.eval_tasks)
     greedy = evaluate_world(engine, tasks, ecfg.rollout, seeds=[0], temperature=0.0, with_fidelity=True)
     sampled = evaluate_world(engine, tasks, ecfg.rollout, seeds=cfg.eval_seeds, temperature=1.0, with_fidelity=False)
@@ -139,13 +139,13 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
 def _tts_sweep(ckpt_root: Path, cfg: DemoConfig) -> list[dict[str, Any]]:
     from envace.evaluation.config import EvalConfig
     from envace.evaluation.world import evaluate_world
-    from envace.engines.hf import HFEngine
+    from envace.engines.factory import make_engine
     from envace.models.loading import load_policy
     from envace.tasksource import load_tasks
     from envace.trainers.checkpoint import latest_checkpoint
 
     model, tok = load_policy(latest_checkpoint(ckpt_root).model_dir("policy"))
-    engine = HFEngine(model, tok)
+    engine = make_engine(model, tok)
     ecfg = EvalConfig(model="-", n_tasks=cfg.tts_tasks)
     tasks = load_tasks(ecfg.data, split="test", n=cfg.tts_tasks)
     rows = []

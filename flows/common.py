@@ -40,6 +40,7 @@ from prefect.futures import as_completed
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 
+from envace.secrets import mask_text
 from envace.sweeps.cache import cell_cache_key
 from envace.sweeps.cells import calls_endpoint, resolve_cell_config, run_cell
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
@@ -192,7 +193,7 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
         sft_info = prepare_sft(cfg)
         cells = expand_cells(cfg, parent.run_id)
         logger.info("sweep %s: %d cells, %d at a time (%s); MLflow parent run %s in %s", cfg.name, len(cells),
-                    cfg.max_workers, type(cell_runner(cfg)).__name__, parent.run_id, cfg.resolved_mlflow_uri())
+                    cfg.max_workers, type(cell_runner(cfg)).__name__, parent.run_id, mask_text(cfg.resolved_mlflow_uri()))
         outcomes = run_cells(cfg, cells)
         records = [o.record for o in outcomes if o.record is not None]
         failed = {o.spec.name: o.error for o in outcomes if o.status is CellStatus.FAILED}
@@ -200,7 +201,7 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
         table = summarize(records, axes, cfg.default_metrics())
         summary = {
             "sweep": cfg.name, "out_dir": str(out), "parent_run_id": parent.run_id,
-            "mlflow_uri": cfg.resolved_mlflow_uri(), "experiment": cfg.experiment,
+            "mlflow_uri": mask_text(cfg.resolved_mlflow_uri()), "experiment": cfg.experiment,
             "cells": {o.spec.name: o.status.value for o in outcomes},
             "executed": [o.spec.name for o in outcomes if o.status is CellStatus.COMPLETED],
             "cached": [o.spec.name for o in outcomes if o.status is CellStatus.CACHED],
@@ -210,8 +211,14 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
             "table": [{k: _clean(v) for k, v in row.items()} for row in table.to_dict("records")],
         }
         paths = write_results(out / "results", cells_frame(records, axes), table, summary, cfg.name)
+        if "tts_n" in axes and "tts_mode" in axes:  # TTS sweep: table per mode and the score-vs-N plot
+            from envace.sweeps.tts_report import write_tts_report
+
+            paths.update(write_tts_report(out / "results", table))
         summary["results_csv"] = str(paths["results.csv"])
         log_results(parent, paths, cfg.artifact_dir, failed)
+        if failed:  # the parent run ends FAILED, not FINISHED, when any cell failed
+            parent.mark_failed(f"{len(failed)} of {len(outcomes)} cells failed: {', '.join(sorted(failed))}")
     key = artifact_key(cfg.name)
     create_table_artifact(table=summary["table"], key=f"{key}-results",
                           description=f"sweep {cfg.name}: mean ± 95% CI over seeds {cfg.seeds}")

@@ -242,10 +242,10 @@ def fmt_row(name: str, cmp: dict[str, Any], keys: tuple[str, ...] = ("success", 
 
 
 def engine_for(model_dir: str | Path, rehearse_dir: str | Path | None = None) -> Any:
-    """An HF engine for a checkpoint's model; with `rehearse_dir`, the per-role pair {ACT, REHEARSE}."""
-    from envace.engines.hf import HFEngine
+    """The engine (`make_engine`) for a checkpoint's model; with `rehearse_dir`, the per-role pair {ACT, REHEARSE}."""
+    from envace.engines.factory import make_engine
     from envace.models.loading import load_policy
     from envace.types import Role
 
-    act = HFEngine(*load_policy(Path(model_dir)))
-    return act if rehearse_dir is None else {Role.ACT: act, Role.REHEARSE: HFEngine(*load_policy(Path(rehearse_dir)))}
+    act = make_engine(*load_policy(Path(model_dir)))
+    return act if rehearse_dir is None else {Role.ACT: act, Role.REHEARSE: make_engine(*load_policy(Path(rehearse_dir)))}

@@ -34,7 +34,7 @@ def resolve_model_dir(path: str | Path) -> Path:
 
 
 def run_eval(cfg: EvalConfig) -> dict[str, Any]:
-    from envace.engines.hf import HFEngine
+    from envace.engines.factory import make_engine
     from envace.models.loading import load_policy, pick_device
     from envace.tasksource import load_tasks
 
@@ -45,7 +45,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     device = torch.device(cfg.device) if cfg.device else pick_device()
     model, tok = load_policy(model_dir, device=device)
     results: dict[str, Any] = {"model": str(model_dir)}
-    engine = HFEngine(model, tok, device=device)
+    engine = make_engine(model, tok, device=device)
     out = Path(cfg.out_dir) if cfg.out_dir else model_dir.parent / f"eval_{model_dir.name}"
     out.mkdir(parents=True, exist_ok=True)
     store = _EvalStore(cfg, model_dir, out) if cfg.tracking.enabled and "world" in cfg.benchmarks else None

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from envace.engines.hf import HFEngine
+from envace.engines.factory import engine_name, make_engine
 from envace.models.loading import load_policy, pick_device
 from envace.rollout import derive_seed, run_rollout
 from envace.trainers.checkpoint import latest_checkpoint, load_optimizer_states, save_checkpoint
@@ -65,7 +65,7 @@ class _Policy:
             model, tok = load_policy(model_dirs[name], device=device)
             self.models[name] = model
             self.tokenizer = self.tokenizer or tok
-        self.engines = {n: HFEngine(m, self.tokenizer, device=device) for n, m in self.models.items()}
+        self.engines = {n: make_engine(m, self.tokenizer, device=device) for n, m in self.models.items()}
         self.optimizers = {n: torch.optim.AdamW(m.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas,
                                                 weight_decay=cfg.optim.weight_decay)
                            for n, m in self.models.items()}
@@ -175,9 +175,11 @@ def train(cfg: TrainConfig) -> TrainResult:
     simulator = None
     if mode is Mode.SIMULATOR:
         sim_model, _ = load_policy(cfg.rollout.simulator_model, device=device)
-        simulator = HFEngine(sim_model, policy.tokenizer, device=device)
+        simulator = make_engine(sim_model, policy.tokenizer, device=device)
     env_factory = scorer.env_factory() if mode is Mode.ENV else None
     tracker = RunTracker(cfg, resume_meta=resume.meta if resume else None)
+    tracker.log_engines({n: engine_name(e) for n, e in policy.engines.items()}
+                        | ({"simulator": engine_name(simulator)} if simulator is not None else {}))
     result = TrainResult(out_dir=out_dir, last_step=start, mlflow_run_id=tracker.mlflow_run_id)
     bar = _progress(cfg, start)
     try:

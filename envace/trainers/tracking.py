@@ -126,6 +126,15 @@ class RunTracker:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"mlflow_run_id": self.mlflow_run_id, "store_run_id": self.run_id}, indent=2))
 
+    def log_engines(self, engines: dict[str, str]) -> None:
+        """Which generation engine ran each model: run params `engine.<model>` (a resumed run keeps the
+        values of its first start: params are immutable) and the tag `envace.engine` (this start's)."""
+        if self.mlflow is None:
+            return
+        old = self.mlflow.client.get_run(self.mlflow.run_id).data.params
+        self.mlflow.log_params({f"engine.{k}": v for k, v in engines.items() if f"engine.{k}" not in old})
+        self.mlflow.set_tags({"envace.engine": ",".join(f"{k}={v}" for k, v in sorted(engines.items()))})
+
     def log_step(self, step: int, metrics: dict[str, float], trajs: list[Trajectory]) -> None:
         if not self.enabled:
             return
