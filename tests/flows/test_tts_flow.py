@@ -4,6 +4,7 @@ child run per cell, and `tts/results.csv` whose means/CIs equal those recomputed
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -44,3 +45,12 @@ def test_tts_sweep_cells_runs_and_table(prefect_harness, tiny_model, toy_eval, t
         spread = abs(values[0] - values[1])
         # two seeds: half-width = t_{0.975,1} * s / sqrt(2) = 12.7062 * |a-b| / 2
         assert (math.isclose(row["ci95"], 12.7062 * spread / 2, rel_tol=1e-4, abs_tol=1e-9))
+    # the TTS report: the plain run (N=0) is the first point of both modes' lines; the plot is logged too
+    report = pd.read_csv(Path(summary["results_csv"]).parent / "tts_table.csv")
+    main = report[report.metric == "eval/world/success"]
+    assert [(r.mode, r.N) for r in main.itertuples()] == [("parallel", 0), ("parallel", 1), ("sequential", 0),
+                                                           ("sequential", 1)]
+    base = table[(table.group == groups[0]) & (table.metric == "eval/world/success")].iloc[0]["mean"]
+    assert list(main[main.N == 0]["mean"]) == pytest.approx([base, base])
+    assert {"tts/tts_plot.html", "tts/tts_table.csv"} <= {a.path for a in client.list_artifacts(
+        summary["parent_run_id"], "tts")}
