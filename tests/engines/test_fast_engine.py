@@ -249,3 +249,24 @@ def test_factory_picks_fast_for_qwen3_and_hf_otherwise(pair, monkeypatch):
         make_engine(llama, fast.tokenizer, "cpu", kind="fast")
     with pytest.raises(ValueError, match="must be auto, fast or hf"):
         make_engine(llama, fast.tokenizer, "cpu", kind="vllm")
+
+
+def test_engine_names_are_run_params(tmp_path):
+    """The trainer records which engine ran each model (real MLflow SQLite store); a resume keeps them."""
+    from mlflow.tracking import MlflowClient
+
+    from envace.trainers.config import TrainConfig
+    from envace.trainers.tracking import RunTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = TrainConfig.model_validate({"model": str(tmp_path / "unused-model"), "out_dir": str(tmp_path / "run"),
+                                      "tracking": {"mlflow_uri": uri, "store_url": str(tmp_path / "store.db")}})
+    tracker = RunTracker(cfg)
+    try:
+        tracker.log_engines({"act": "fast", "rehearse": "hf"})
+        tracker.log_engines({"act": "hf"})  # params are immutable: the first value stays, the tag follows
+    finally:
+        tracker.close()
+    run = MlflowClient(uri).get_run(tracker.mlflow_run_id)
+    assert (run.data.params["engine.act"], run.data.params["engine.rehearse"]) == ("fast", "hf")
+    assert run.data.tags["envace.engine"] == "act=hf"
