@@ -2,7 +2,9 @@
 
 The store location and the MLflow URI travel to the app both as environment variables
 (`ENVACE_DASHBOARD_STORE`, `ENVACE_DASHBOARD_MLFLOW_URI`) and as the script's arguments after `--`, so the
-app reads the same settings however it was started. The server binds 127.0.0.1 unless told otherwise,
+app reads the same settings however it was started — except a URL holding a password, which travels in the
+environment only (a command line is visible to every user of the machine in `ps`), and is printed masked.
+The server binds 127.0.0.1 unless told otherwise,
 sends no usage statistics, watches no files and runs until interrupted; `launch` returns its exit code.
 """
 
@@ -15,6 +17,8 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+
+from envace.secrets import has_secret, mask_text
 
 ENV_STORE = "ENVACE_DASHBOARD_STORE"  # read by dashboard/settings.py
 ENV_MLFLOW = "ENVACE_DASHBOARD_MLFLOW_URI"
@@ -45,12 +49,15 @@ def dashboard_command(store: str | Path, mlflow_uri: str | None = None, host: st
            "--server.fileWatcherType", "none", "--server.runOnSave", "false",
            "--browser.gatherUsageStats", "false", "--global.developmentMode", "false",
            "--client.toolbarMode", "minimal",
-           "--", "--store", store]
+           "--"]
+    if not has_secret(store):
+        cmd += ["--store", store]
     env = dict(os.environ)
     env[ENV_STORE] = store
     env.pop(ENV_MLFLOW, None)
     if mlflow_uri:
-        cmd += ["--mlflow-uri", str(mlflow_uri)]
+        if not has_secret(str(mlflow_uri)):
+            cmd += ["--mlflow-uri", str(mlflow_uri)]
         env[ENV_MLFLOW] = str(mlflow_uri)
     env.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")
     env.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
@@ -66,7 +73,8 @@ def launch(store: str | Path, mlflow_uri: str | None = None, host: str = "127.0.
         print(f"warning: store {url.database} does not exist yet; the dashboard will say so until a run writes it",
               file=sys.stderr)
     cmd, env = dashboard_command(store, mlflow_uri, host, port)
-    print(f"envace dashboard: http://{host}:{port}  (store {store}, MLflow {mlflow_uri or 'auto'})", file=sys.stderr)
+    print(f"envace dashboard: http://{host}:{port}  (store {mask_text(str(store))}, "
+          f"MLflow {mask_text(str(mlflow_uri)) if mlflow_uri else 'auto'})", file=sys.stderr)
     proc = subprocess.Popen(cmd, env=env)
 
     def _forward(signum, _frame):  # noqa: ANN001 - a terminated launcher must not orphan the server

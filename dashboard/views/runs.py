@@ -11,6 +11,7 @@ from dashboard import mlflow_data as md
 from dashboard import store_data as sd
 from dashboard.common import require_store, settings
 from dashboard.tables import config_diff, final_metrics, highlight_diff, key_params, run_method
+from envace.secrets import mask_secrets, mask_text
 
 s = settings()
 store = require_store(s)
@@ -20,7 +21,7 @@ if s.mlflow_uri is not None:
     try:
         ml = md.runs_by_id(s.mlflow_uri)
     except Exception as exc:  # noqa: BLE001 - the store's runs are still worth showing
-        st.warning(f"MLflow at {s.mlflow_uri} could not be read: {exc}")
+        st.warning(mask_text(f"MLflow at {s.mlflow_uri} could not be read: {exc}"))
 else:
     st.caption(f"MLflow not configured ({s.mlflow_error}); final metrics are not shown.")
 
@@ -85,10 +86,10 @@ m = ml.get(run.mlflow_run_id or "")
 if m is not None:
     with st.expander("MLflow: final metrics, params and tags"):
         st.dataframe(pd.DataFrame(sorted(m.metrics.items()), columns=["metric", "last value"]), hide_index=True)
-        st.dataframe(pd.DataFrame(sorted(m.params.items()), columns=["param", "value"]), hide_index=True)
+        st.dataframe(pd.DataFrame(sorted(mask_secrets(m.params).items()), columns=["param", "value"]), hide_index=True)
         st.dataframe(pd.DataFrame(sorted(m.tags.items()), columns=["tag", "value"]), hide_index=True)
 with st.expander("Resolved config"):
-    st.json(run.config or {})
+    st.json(mask_secrets(run.config or {}))  # runs stored before masking may still hold a URL password
 
 st.header("Compare two runs")
 if len(ids) < 2:
@@ -97,7 +98,7 @@ if len(ids) < 2:
 c = st.columns(2)
 a_id = c[0].selectbox("Run A", ids, index=0, format_func=labels.get, key="cmp_a")
 b_id = c[1].selectbox("Run B", ids, index=1, format_func=labels.get, key="cmp_b")
-cfg = {r.id: r.config for r in choices}
+cfg = {r.id: mask_secrets(r.config) for r in choices}
 diff = config_diff(cfg[a_id], cfg[b_id])
 only = st.toggle("Only keys that differ", value=True, key="only_diff")
 n_diff = int(diff["differs"].sum()) if len(diff) else 0
