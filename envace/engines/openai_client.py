@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from envace.benchmarks.base import AssistantReply
+from envace.secrets import api_key_from_env, mask_text
 from envace.toolcall import parse_tool_calls, strip_think
 from envace.types import ErrorCode, ToolCall
 
@@ -40,8 +41,8 @@ class ChatClientError(RuntimeError):
     """The endpoint could not be reached or refused the request; names the URL, status and message."""
 
     def __init__(self, message: str, url: str, status: int | None = None, body: str = "") -> None:
-        super().__init__(message)
-        self.url, self.status, self.body = url, status, body
+        super().__init__(mask_text(message))  # a token in the URL is never printed
+        self.url, self.status, self.body = mask_text(url), status, body
 
 
 @dataclass
@@ -114,7 +115,12 @@ class OpenAIChatClient:
     """Synchronous chat-completions client (thread-safe: one pooled httpx.Client)."""
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 60,
-                 max_retries: int = 4, backoff: float = 0.5, transport: httpx.BaseTransport | None = None) -> None:
+                 max_retries: int = 4, backoff: float = 0.5, transport: httpx.BaseTransport | None = None,
+                 *, api_key_env: str | None = None) -> None:
+        """`api_key_env` names the environment variable holding the key (configs name the variable, never
+        the key itself; an unset variable is an error naming it)."""
+        if api_key is None and api_key_env:
+            api_key = api_key_from_env(api_key_env, mask_text(base_url))
         if max_retries < 0:
             raise ValueError(f"max_retries {max_retries} must be >= 0")
         if timeout <= 0:
@@ -232,7 +238,7 @@ class OpenAIPolicy:
         self.client = client
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.extra_body = dict(extra_body or {})
-        self.name = name or f"{client.model} @ {client.base_url}"
+        self.name = name or f"{client.model} @ {mask_text(client.base_url)}"
 
     def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int | None = None,
               context: Mapping[str, Any] | None = None) -> AssistantReply:
