@@ -167,7 +167,9 @@ def sweep_parent_run(cfg: SweepConfig) -> Iterator[Any]:
                    tags={"envace.kind": "sweep", "envace.sweep": cfg.name}) as run:
         state = Path(cfg.out_dir) / STATE_FILE
         state.parent.mkdir(parents=True, exist_ok=True)
-        state.write_text(json.dumps({"parent_run_id": run.run_id, "mlflow_uri": cfg.resolved_mlflow_uri(),
+        from envace.secrets import mask_text  # the file records where the runs are, never a password
+
+        state.write_text(json.dumps({"parent_run_id": run.run_id, "mlflow_uri": mask_text(cfg.resolved_mlflow_uri()),
                                      "experiment": cfg.experiment}, indent=2))
         yield run
 
