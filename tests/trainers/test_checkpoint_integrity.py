@@ -102,3 +102,32 @@ def test_resaving_a_step_replaces_it_and_leaves_no_temporary_dirs(tiny_model_dir
     save_checkpoint(two_checkpoints, 2, {"policy": model}, tok, {"policy": opt}, {}, keep=5)
     assert [c.step for c in list_checkpoints(two_checkpoints)] == [1, 2]
     assert sorted(os.listdir(two_checkpoints)) == ["step_000001", "step_000002"]
+
+
+def test_training_resumes_from_the_intact_checkpoint_when_the_newest_is_damaged(tiny_model_dir, tmp_path):
+    """The embedded trainer end to end: steps 1-2 checkpointed, step 2's weights cut short, a restart to
+    step 3 warns, re-runs step 2 from step 1's checkpoint and stores every step's trajectories once."""
+    import sqlalchemy as sa
+
+    from envace.trainers.config import TrainConfig
+    from envace.trainers.embedded import train
+
+    def cfg(steps: int) -> TrainConfig:
+        return TrainConfig.model_validate({
+            "model": str(tiny_model_dir), "out_dir": str(tmp_path / "run"), "steps": steps, "save_every": 1,
+            "keep_checkpoints": 3, "prompts_per_step": 1, "k": 2, "threads": 1, "progress": False,
+            "data": {"n_tasks": 10}, "tracking": {"mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+            "rollout": {"max_assistant_turns": 1, "act": {"max_new_tokens": 8}, "rehearse": {"max_new_tokens": 8}}})
+
+    first = train(cfg(2))
+    _truncate(tmp_path / "run" / "checkpoints" / "step_000002" / "policy" / "model.safetensors")
+    with pytest.warns(UserWarning, match=r"step_000002.*model\.safetensors.*step_000001"):
+        again = train(cfg(3))
+    assert [h["step"] for h in again.history] == [2, 3]  # step 2 re-run from step 1's checkpoint
+    assert again.mlflow_run_id == first.mlflow_run_id  # the same MLflow run continues
+    assert [c.step for c in list_checkpoints(tmp_path / "run" / "checkpoints")] == [1, 2, 3]
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'run' / 'store.db'}")
+    with engine.connect() as c:
+        steps = sorted(r[0] for r in c.execute(sa.text("SELECT step FROM trajectories")))
+    engine.dispose()
+    assert steps == [1, 1, 2, 2, 3, 3]
