@@ -116,6 +116,8 @@ def main() -> None:
     ap.add_argument("--tag", default="", help="label stored with each result line")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n-boot", type=int, default=10_000)
+    ap.add_argument("--collect", nargs="+", default=None, metavar="OUT",
+                    help="no training: pool finished runs of earlier invocations (their --out dirs) into one table")
     args = ap.parse_args()
     if args.quick:
         args.eval_tasks, args.rl_seeds, args.eval_seeds, args.methods = 6, "0", "0,1", "envace,grpo_env"
@@ -137,6 +139,9 @@ def main() -> None:
     tasks = held_out_tasks(args.split, args.eval_tasks)
     eval_seeds = [int(s) for s in args.eval_seeds.split(",")]
     base: dict[str, TaskScores] = {}
+    if args.collect:
+        collect(args, tasks, eval_seeds)
+        return
 
     def sft_scores() -> dict[str, TaskScores]:  # after the first training run (a parallel run may have cached it)
         if not base:
@@ -173,6 +178,44 @@ def main() -> None:
     report["methods"] = summarize(base, per_method, args.n_boot)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     print_table(report)
+
+
+def aa_check(base: dict[str, TaskScores], n_boot: int) -> dict | None:
+    """The evaluation's resolution without any training: the SFT model's T=1 sample 0 vs sample 1 on the
+    same tasks (an A/A comparison; its interval should contain 0, its half-width is the noise floor of a
+    one-sample paired comparison)."""
+    t1 = base["t1"]
+    if t1.success.shape[1] < 2:
+        return None
+    out = {}
+    for m in ("success", "reward"):
+        x = t1.metric(m)
+        iv = paired_bootstrap(x[:, 0], x[:, 1], n_boot=n_boot)
+        out[m] = {"diff": iv.mean, "lo": iv.lo, "hi": iv.hi, "half_width": iv.half_width}
+    print(f"A/A (SFT T=1 sample 0 vs 1, {len(t1.task_ids)} tasks): " + "; ".join(
+        f"{m} {v['diff']:+.4f} [{v['lo']:+.4f}, {v['hi']:+.4f}] (half-width {v['half_width']:.4f})" for m, v in out.items()))
+    return out
+
+
+def collect(args, tasks, eval_seeds: list[int]) -> None:
+    """One table from several invocations (e.g. one per method and seed, run in parallel): every run's
+    cached per-task scores against the SFT's, all on the same tasks and seeds."""
+    base = score_checkpoint(args.sft_dir / "model", None, tasks, eval_seeds, args.sft_dir / "eval_cache")
+    report: dict = {"runs": {}}
+    per_method: dict[str, list[dict[str, TaskScores]]] = {}
+    for d in args.collect:
+        rep = json.loads((Path(d) / "report.json").read_text())
+        for name, run in rep["runs"].items():
+            if run.get("split") != args.split or run.get("tasks") != len(tasks):
+                continue
+            scores = score_checkpoint(None, None, tasks, eval_seeds, Path(d) / name / "eval_cache")
+            per_method.setdefault(run["method"], []).append(scores)
+            report["runs"][name] = run
+    report["methods"] = summarize(base, per_method, args.n_boot)
+    report["aa"] = aa_check(base, args.n_boot)
+    print_table(report)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "collected.json").write_text(json.dumps(report, indent=2))
 
 
 def summarize(base: dict[str, TaskScores], per_method: dict[str, list[dict[str, TaskScores]]], n_boot: int) -> dict:

@@ -53,9 +53,21 @@ def _say(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+_SCORES: dict[str, dict[str, Any]] = {}  # model name -> {"greedy"|"t1": TaskScores} of this demo run
+
+
+def _paired_delta(name: str) -> dict[str, Any]:
+    """`name` - SFT on the same test tasks and sampling seeds: difference and paired 95 % bootstrap interval."""
+    from envace.evaluation.paired import compare
+
+    return {mode: {m: {k: v[k] for k in ("diff", "boot_lo", "boot_hi")} for m, v in
+                   compare(_SCORES["sft"][mode], _SCORES[name][mode], n_boot=4000).items() if isinstance(v, dict)}
+            for mode in ("greedy", "t1")}
+
+
 def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str) -> dict[str, Any]:
     from envace.evaluation.config import EvalConfig
-    from envace.evaluation.world import evaluate_world
+    from envace.evaluation.paired import score_tasks
     from envace.engines.factory import make_engine
     from envace.models.loading import load_policy
     from envace.tasksource import load_tasks
@@ -64,10 +76,13 @@ def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str) -> dict[str, A
     model, tok = load_policy(model_dir)
     engine = make_engine(model, tok)
     tasks = load_tasks(ecfg.data, split="test", n=cfg.eval_tasks)
-    greedy = evaluate_world(engine, tasks, ecfg.rollout, seeds=[0], temperature=0.0, with_fidelity=True)
-    sampled = evaluate_world(engine, tasks, ecfg.rollout, seeds=cfg.eval_seeds, temperature=1.0, with_fidelity=False)
+    # per-task scores (envace.evaluation.paired), so RL checkpoints are compared with SFT task by task
+    g_scores = score_tasks(engine, tasks, seeds=[0], temperature=0.0, rollout=ecfg.rollout, with_fidelity=True)
+    t_scores = score_tasks(engine, tasks, seeds=cfg.eval_seeds, temperature=1.0, rollout=ecfg.rollout)
+    greedy, sampled = g_scores.meta["summary"], t_scores.meta["summary"]
     res = {"greedy": greedy, "t1": sampled}
     (out / f"eval_{name}.json").write_text(json.dumps(res, indent=2, default=str))
+    _SCORES[name] = {"greedy": g_scores, "t1": t_scores}
     return res
 
 
@@ -120,6 +135,7 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
             summary[name] = {"wall_s": time.perf_counter() - t0, "steps": res.last_step,
                              "final_reward": res.history[-1]["reward/mean"] if res.history else None}
             summary[f"eval_{name}"] = _eval(res.checkpoint / "policy", cfg, out, name)
+            summary[f"delta_{name}"] = _paired_delta(name)
         _say("6/7 test-time rehearsal sweep")
         summary["tts"] = _tts_sweep(out / "envace" / "checkpoints", cfg)
         _say("7/7 logging results")
@@ -130,6 +146,7 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
     summary["wall_s"] = time.perf_counter() - t_start
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     _print_table(table, summary["tts"])
+    _print_deltas(summary, cfg)
     print(f"\nTotal {summary['wall_s'] / 60:.1f} min. Results: {out / 'summary.json'}")
     print(f"MLflow UI:  .venv/bin/mlflow ui --backend-store-uri {mlflow_uri} --host 127.0.0.1 --port 5000")
     print(f"Dashboard:  .venv/bin/envace dashboard --store {store} --mlflow-uri {mlflow_uri}")
@@ -183,3 +200,17 @@ def _print_table(rows: list[dict[str, Any]], tts: list[dict[str, Any]]) -> None:
     print("\nTest-time rehearsal (EnvACE checkpoint):")
     for r in tts:
         print(f"  N={r['n']} {r['mode']:10} success {r['success']:.3f} reward {r['reward']:.3f}")
+
+
+def _print_deltas(summary: dict[str, Any], cfg: DemoConfig) -> None:
+    print(f"\nRL effect: change vs SFT on the same {cfg.eval_tasks} test tasks and sampling seeds "
+          f"(paired bootstrap 95 % interval; an interval that contains 0 is no measured effect):")
+    for name in ("envace", "grpo_env"):
+        d = summary.get(f"delta_{name}")
+        if not d:
+            continue
+        parts = [f"{mode} {m} {v['diff']:+.3f} [{v['boot_lo']:+.3f}, {v['boot_hi']:+.3f}]"
+                 for mode in ("greedy", "t1") for m, v in d[mode].items()]
+        print(f"  {name:9} " + "; ".join(parts))
+    print("  The demo's RL budget is too small to move these beyond noise; the effect and its numbers:\n"
+          "  README 'What the embedded default learns' (bench/learning_signal.py, configs/train/envace_signal.yaml).")

@@ -88,7 +88,8 @@ class TaskScores:
 
     def to_json(self) -> dict[str, Any]:
         return {"task_ids": self.task_ids, "seeds": self.seeds, "k": self.k, "temperature": self.temperature,
-                "success": self.success.tolist(), "reward": self.reward.tolist(), "meta": self.meta}
+                "success": self.success.tolist(), "reward": self.reward.tolist(),
+                "meta": json.loads(json.dumps(self.meta, default=str))}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TaskScores:
@@ -97,9 +98,10 @@ class TaskScores:
 
 
 def score_tasks(engine: Any, tasks: list[Task], *, seeds: list[int], temperature: float, k: int = 1,
-                rollout: Any = None) -> TaskScores:
+                rollout: Any = None, with_fidelity: bool = False) -> TaskScores:
     """Run `engine` (one engine, or {Role.ACT, Role.REHEARSE} engines) in the real environment and keep
-    every episode's success and checklist reward by task position."""
+    every episode's success and checklist reward by task position; `meta["summary"]` holds
+    `evaluate_world`'s own result (means, per-domain scores, fidelity when `with_fidelity`)."""
     from envace.evaluation.config import _eval_rollout
     from envace.evaluation.world import evaluate_world
 
@@ -115,11 +117,11 @@ def score_tasks(engine: Any, tasks: list[Task], *, seeds: list[int], temperature
             succ[t.prompt_index, col0 + t.sample_index] = float(t.reward_breakdown.get("success") or 0.0)
             rew[t.prompt_index, col0 + t.sample_index] = float(t.reward or 0.0)
 
-    evaluate_world(engine, tasks, rollout or _eval_rollout(), k=k, seeds=list(seeds), temperature=temperature,
-                   with_fidelity=False, on_trajectories=keep)
+    summary = evaluate_world(engine, tasks, rollout or _eval_rollout(), k=k, seeds=list(seeds),
+                             temperature=temperature, with_fidelity=with_fidelity, on_trajectories=keep)
     if np.isnan(succ).any():
         raise RuntimeError(f"{int(np.isnan(succ).sum())} (task, sample) cells got no episode")
-    return TaskScores([t.uuid for t in tasks], list(seeds), k, temperature, succ, rew)
+    return TaskScores([t.uuid for t in tasks], list(seeds), k, temperature, succ, rew, {"summary": summary})
 
 
 def paired_bootstrap(base: np.ndarray, other: np.ndarray, *, n_boot: int = 10_000, seed: int = 0,

@@ -27,6 +27,12 @@ def test_quick_demo_runs_every_stage(tmp_path):
     assert {"sft", "eval_sft", "envace", "eval_envace", "grpo_env", "eval_grpo_env", "tts"} <= set(summary)
     assert [(r["n"], r["mode"]) for r in summary["tts"]] == [(0, "parallel"), (2, "parallel"), (2, "sequential")]
     assert "MLflow UI" in done.stdout and "envace dashboard" in done.stdout
+    assert "RL effect" in done.stdout
+    for name in ("envace", "grpo_env"):  # paired change vs SFT = difference of the two evaluations' means
+        for mode in ("greedy", "t1"):
+            d = summary[f"delta_{name}"][mode]["reward"]
+            assert d["diff"] == pytest.approx(summary[f"eval_{name}"][mode]["reward"] - summary["eval_sft"][mode]["reward"])
+            assert d["boot_lo"] <= d["diff"] <= d["boot_hi"]
     eng = sa.create_engine(f"sqlite:///{out / 'store.db'}")
     with eng.connect() as c:
         n_runs = c.execute(sa.text("SELECT count(*) FROM runs")).scalar()

@@ -139,3 +139,4 @@ def test_score_tasks_keeps_each_task_in_its_row(tiny_dir):
     assert (ts.reward[[0, 3, 4]] == 1.0).all() and (ts.reward[[1, 2, 5]] < 1.0).all()
     ref = evaluate_world(engine, tasks, rollout, seeds=[0, 1], temperature=1.0, with_fidelity=False)
     assert ts.success.mean() == pytest.approx(ref["success"]) and ts.reward.mean() == pytest.approx(ref["reward"])
+    assert ts.meta["summary"]["reward_per_seed"] == ref["reward_per_seed"]
