@@ -10,6 +10,7 @@ import io
 import json
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -30,6 +31,9 @@ METRIC_GROUPS: dict[str, str] = {
     "Clip fraction": r"^(act|rehearse)/clip_frac$",
     "Rehearse parse-error rate": r"^rehearse/parse_error_rate$",
     "Rehearsal fidelity (field F1, exact match)": r"(^|/)fidelity/all/(field_f1|exact_match)$",
+    # the trainer's exploitation monitor (envace.trainers.shadow): a widening gap = the policy fooling Rehearse
+    "Rehearsed vs real reward (exploitation monitor)": r"^shadow/(reward_rehearsed|reward_real|gap)$",
+    "Rehearsed vs real reward per role": r"^shadow/(act|rehearse)/(reward_rehearsed|reward_real)$",
 }
 
 
@@ -175,7 +179,10 @@ def tts_frame(df: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ValueError(f"TTS table lacks column(s) {missing} (columns: {list(df.columns)}); the TTS sweep "
                          f"writes tts_n, tts_mode, metric, mean, ci95 (or N, mode, score)")
-    out = pd.DataFrame({"N": pd.to_numeric(df[n_col], errors="coerce"), "mode": df[mode].astype(str),
+    modes = df[mode].astype(str)
+    if "model" in low:  # a base-vs-trained sweep: one line per (model, mode)
+        modes = df[low["model"]].astype(str).map(lambda m: Path(m).name or m) + " · " + modes
+    out = pd.DataFrame({"N": pd.to_numeric(df[n_col], errors="coerce"), "mode": modes,
                         "score": pd.to_numeric(df[score], errors="coerce")})
     if "ci95" in low:
         out["ci95"] = pd.to_numeric(df[low["ci95"]], errors="coerce")
@@ -187,18 +194,23 @@ def tts_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def tts_lines(frame: pd.DataFrame) -> dict[str, list[tuple[int, float, float]]]:
-    """(N, score, ci95) points per mode. N = 1 (no private rehearsal) is one run shared by every mode,
+    """(N, score, ci95) points per mode. N = 0 (no private rehearsal) is one run shared by every mode,
     and the flow runs it once under the first mode; it starts every mode's line, so each line is
     read against the same baseline."""
     points: dict[str, list[tuple[int, float, float]]] = {}
     for row in frame.itertuples(index=False):
         ci = getattr(row, "ci95", float("nan"))
         points.setdefault(row.mode, []).append((int(row.N), float(row.score), float(ci)))
-    base = [p for ps in points.values() for p in ps if p[0] == 1]
-    if len(base) == 1:
-        for ps in points.values():
-            if not any(p[0] == 1 for p in ps):
-                ps.insert(0, base[0])
+    def model_of(line: str) -> str:  # "model · mode" lines share the N = 0 run of their model only
+        return line.rsplit(" · ", 1)[0] if " · " in line else ""
+
+    for model in {model_of(m) for m in points}:
+        lines = {m: ps for m, ps in points.items() if model_of(m) == model}
+        base = [p for ps in lines.values() for p in ps if p[0] == 0]
+        if len(base) == 1:
+            for ps in lines.values():
+                if not any(p[0] == 0 for p in ps):
+                    ps.insert(0, base[0])
     return {m: sorted(ps) for m, ps in sorted(points.items())}
 
 

@@ -238,8 +238,8 @@ def test_sweeps_page_shows_ablation_table_and_tts_chart(dc, dash_env):
     assert bars["error_y"]["array"] == pytest.approx([e[1] for e in dc.SWEEP_EXPECTED.values()], abs=1e-6)
     tts = chart(at, "score vs N")["data"]
     got = {t["name"]: list(zip(t["x"], t["y"])) for t in tts}
-    base = dc.TTS_CELLS[(1, "parallel")]  # N = 1 is shared: it starts both lines
-    assert got == {"parallel": [(1, base), (2, 0.45), (3, 0.47)], "sequential": [(1, base), (2, 0.48), (3, 0.50)]}
+    base = dc.TTS_CELLS[(0, "parallel")]  # N = 0 (the plain run) is shared: it starts both lines
+    assert got == {"parallel": [(0, base), (2, 0.45), (3, 0.47)], "sequential": [(0, base), (2, 0.48), (3, 0.50)]}
 
 
 def test_sweeps_and_benchmarks_empty_states(monkeypatch, seeded, empty_mlflow):

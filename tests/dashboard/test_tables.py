@@ -79,24 +79,24 @@ def test_tts_frame():
 
 
 def test_tts_frame_of_the_flow_long_table_never_takes_the_seed_count_for_n():
-    df = pd.DataFrame({"tts_n": [1, 2, 2], "tts_mode": ["parallel", "parallel", "sequential"], "group": list("abc"),
+    df = pd.DataFrame({"tts_n": [0, 2, 2], "tts_mode": ["parallel", "parallel", "sequential"], "group": list("abc"),
                        "metric": ["reward"] * 3, "n": [3, 3, 3], "mean": [0.4, 0.5, 0.6], "ci95": [0.1, None, 0.2]})
     t = tts_frame(df)
     assert t[["N", "mode", "score", "metric"]].values.tolist() == [
-        [1, "parallel", 0.4, "reward"], [2, "parallel", 0.5, "reward"], [2, "sequential", 0.6, "reward"]]
+        [0, "parallel", 0.4, "reward"], [2, "parallel", 0.5, "reward"], [2, "sequential", 0.6, "reward"]]
     with pytest.raises(ValueError, match=r"\['N'\]"):  # `n` beside `mean` is a seed count
         tts_frame(df.drop(columns=["tts_n"]))
     lines = tts_lines(t)
     assert list(lines) == ["parallel", "sequential"]
-    assert [p[:2] for p in lines["parallel"]] == [(1, 0.4), (2, 0.5)]
-    assert [p[:2] for p in lines["sequential"]] == [(1, 0.4), (2, 0.6)]  # the one N = 1 run starts both lines
+    assert [p[:2] for p in lines["parallel"]] == [(0, 0.4), (2, 0.5)]
+    assert [p[:2] for p in lines["sequential"]] == [(0, 0.4), (2, 0.6)]  # the one N = 0 run starts both lines
     assert lines["sequential"][1][2] == 0.2 and math.isnan(lines["parallel"][1][2])
 
 
-def test_tts_lines_do_not_invent_a_baseline_when_n1_is_ambiguous():
-    t = pd.DataFrame({"N": [1, 1, 2], "mode": ["a", "b", "c"], "score": [0.1, 0.2, 0.3]})
-    assert tts_lines(t) == {"a": [(1, 0.1, pytest.approx(float("nan"), nan_ok=True))],
-                            "b": [(1, 0.2, pytest.approx(float("nan"), nan_ok=True))],
+def test_tts_lines_do_not_invent_a_baseline_when_n0_is_ambiguous():
+    t = pd.DataFrame({"N": [0, 0, 2], "mode": ["a", "b", "c"], "score": [0.1, 0.2, 0.3]})
+    assert tts_lines(t) == {"a": [(0, 0.1, pytest.approx(float("nan"), nan_ok=True))],
+                            "b": [(0, 0.2, pytest.approx(float("nan"), nan_ok=True))],
                             "c": [(2, 0.3, pytest.approx(float("nan"), nan_ok=True))]}
 
 
@@ -119,3 +119,13 @@ def test_benchmark_tables():
     assert t.iloc[1]["BFCL-v4"] == 30.0 and pd.isna(t.iloc[1]["Overall"])
     d = benchmark_details(report).iloc[0]
     assert math.isclose(d["score (%)"], 30.0) and d["judge"] == "j" and d["departures"] == 2
+
+
+def test_tts_lines_of_a_base_vs_trained_sweep_start_from_each_models_plain_run():
+    df = pd.DataFrame({"model": ["runs/sft/model"] * 3 + ["runs/rl/final"] * 3, "tts_n": [0, 1, 1] * 2,
+                       "tts_mode": ["parallel", "parallel", "sequential"] * 2, "metric": ["s"] * 6,
+                       "mean": [0.1, 0.2, 0.3, 0.5, 0.6, 0.7], "ci95": [0.0] * 6})
+    lines = tts_lines(tts_frame(df))
+    assert {m: [p[:2] for p in ps] for m, ps in lines.items()} == {
+        "final · parallel": [(0, 0.5), (1, 0.6)], "final · sequential": [(0, 0.5), (1, 0.7)],
+        "model · parallel": [(0, 0.1), (1, 0.2)], "model · sequential": [(0, 0.1), (1, 0.3)]}
