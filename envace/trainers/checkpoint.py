@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from envace.models.loading import save_model
+
 STEP_RE = re.compile(r"^step_(\d{6,})$")
 META = "meta.json"
 OPTIM = "optim.pt"
@@ -95,8 +97,7 @@ def save_checkpoint(root: str | Path, step: int, models: dict[str, Any], tokeniz
         shutil.rmtree(tmp)
     tmp.mkdir()
     for name, model in models.items():
-        model.save_pretrained(tmp / name, safe_serialization=True)
-        tokenizer.save_pretrained(tmp / name)
+        save_model(model, tokenizer, tmp / name)  # quiet, umask file modes
     torch.save({name: opt.state_dict() for name, opt in optimizers.items()}, tmp / OPTIM)
     record = mask_secrets({**meta, "step": step, "files": _manifest(tmp)})
     (tmp / META).write_text(json.dumps(record, indent=2, default=str))

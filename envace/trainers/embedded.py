@@ -164,12 +164,12 @@ def train(cfg: TrainConfig) -> TrainResult:
     device = torch.device(cfg.device) if cfg.device else pick_device()
     resume = latest_checkpoint(ckpt_root)
     dirs = _initial_dirs(cfg) if resume is None else {n: resume.model_dir(n) for n in _initial_dirs(cfg)}
+    pool = load_tasks(cfg.data)  # before the model: a bad data file fails in a second, not after a load
     policy = _Policy(cfg, dirs, device)
     start = 0
     if resume is not None:
         load_optimizer_states(resume, policy.optimizers)
         start = resume.step
-    pool = load_tasks(cfg.data)
     mode = Mode(cfg.rollout.mode)
     scorer = RewardScorer(cfg.reward, toy_kind=cfg.toy_reward.kind, toy_target=cfg.toy_reward.target)
     simulator = None

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from envace.models.loading import load_policy, pick_device
+from envace.models.loading import load_policy, pick_device, save_model
 from envace.roles.act import act_prompt_ids
 from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids, render_execution_result
 from envace.tasksource import load_tasks
@@ -177,8 +177,8 @@ def sft(cfg: SFTConfig) -> dict:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     device = torch.device(cfg.device) if cfg.device else pick_device()
+    tasks = load_tasks(cfg.data)  # before the model: a bad data file fails in a second, not after a load
     model, tok = load_policy(cfg.model, device=device)
-    tasks = load_tasks(cfg.data)
     acts, rehs = build_samples(tasks, tok, cfg)
     if not acts and not rehs:
         raise ValueError(f"no SFT samples fit max_len={cfg.max_len}; raise max_len or check the data")
@@ -227,8 +227,7 @@ def sft(cfg: SFTConfig) -> dict:
         if step % 25 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     bar.close()
-    model.save_pretrained(out / "model", safe_serialization=True)
-    tok.save_pretrained(out / "model")
+    save_model(model, tok, out / "model")  # quiet, umask file modes
     tail = lambda xs: sum(xs[-200:]) / max(1, len(xs[-200:]))  # noqa: E731
     summary = {"steps": step, "act_samples": len(acts), "rehearse_samples": len(rehs),
                "act_loss": tail(losses["act"]), "rehearse_loss": tail(losses["rehearse"]),
