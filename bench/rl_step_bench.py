@@ -1,0 +1,202 @@
+"""One RL step, envace embedded (engine + `policy_update`) vs TRL's GRPOTrainer, on the same work.
+
+    .venv/bin/pip install --target /tmp/trl-target --no-deps trl==1.16.0    # once; never into .venv
+    OMP_NUM_THREADS=1 .venv/bin/python bench/rl_step_bench.py --pairs 5
+
+TRL is not a dependency of the project: it is imported from `--trl-target` (a `pip install --target`
+directory; its own dependencies — accelerate, datasets, pandas, pyarrow — are already in the venv for
+other reasons). Without it the script prints how to install it and exits 0.
+
+Work per step, identical in both arms (issue 13): the project's tiny Qwen3 (built in a temp dir by
+`init_tiny_model`, one copy per arm, each arm keeps training its own copy), 8 prompts x 8 completions,
+<= `--new` new tokens at T = 1 (top_p = 1, no top-k), stop at the end-of-turn token, a cheap reward on the
+completion text, GRPO advantages (group mean and std), token-mean PPO-clip (eps 0.2; TRL loss_type "dapo"
+is its global token mean), 2 micro-batches of 32 with gradient accumulation, one AdamW step (clip 1.0),
+fp32, no KL, one torch thread, one pinned core (`--core`, -1 to leave the affinity alone).
+envace's step: `make_engine` (the fast engine on this model) generates all 64 requests in one call,
+then `envace.trainers.update.policy_update`. TRL's step: one optimizer step of `GRPOTrainer` (generation
+with `model.generate` inside it), timed by a callback from step begin to step end.
+
+Wall time is the claim; process CPU time is printed beside it (steadier when other processes share the
+core). Pairs run interleaved (the order alternates), after one untimed warm-up step of each arm; the script prints
+each pair's times and ratio, and the medians. Each step's time is split into generation and the rest
+(TRL's generation is timed by wrapping its model's `generate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+PROMPTS, K, MICRO = 8, 8, 2
+
+
+def reward_of(text: str) -> float:
+    """A cheap deterministic reward: share of digits and braces in the completion."""
+    return sum(c.isdigit() or c in "{}" for c in text) / max(len(text), 1)
+
+
+def build(tmp: Path):
+    from envace.models.corpus import world_corpus
+    from envace.models.tiny import TinyModelConfig, init_tiny_model
+
+    corpus = list(world_corpus(300, seed=0))
+    return init_tiny_model(corpus, tmp / "tiny", TinyModelConfig()), corpus
+
+
+def prompt_texts(tok, corpus: list[str]) -> list[str]:
+    users = [" ".join(corpus[i * 4:(i + 1) * 4])[:600] for i in range(PROMPTS)]
+    return [tok.apply_chat_template([{"role": "user", "content": u}], tokenize=False, add_generation_prompt=True)
+            for u in users]
+
+
+class EnvaceArm:
+    def __init__(self, model_dir: Path, texts: list[str], new: int, lr: float) -> None:
+        from envace.engines.factory import engine_name, make_engine
+        from envace.models.loading import load_policy
+        from envace.trainers.config import AlgoConfig
+
+        self.model, self.tok = load_policy(model_dir, device="cpu")
+        self.engine = make_engine(self.model, self.tok, "cpu")
+        self.name = engine_name(self.engine)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)
+        self.algo = AlgoConfig(advantage="grpo", norm_std=True, loss="ppo_clip", agg="token-mean",
+                               grad_noise_scale=False)
+        self.prompts = [self.tok.encode(t, add_special_tokens=False) for t in texts]
+        self.new, self.calls = new, 0
+
+    def step(self) -> tuple[float, float, float]:
+        from envace.engines.base import GenRequest
+        from envace.trainers.rows import TrainRow
+        from envace.trainers.update import policy_update
+        from envace.types import Role
+
+        self.calls += 1
+        t0, c0 = time.perf_counter(), time.process_time()
+        reqs = [GenRequest(p, temperature=1.0, max_new_tokens=self.new, seed=self.calls * 1000 + i * K + j)
+                for i, p in enumerate(self.prompts) for j in range(K)]
+        with torch.inference_mode():
+            out = self.engine.generate(reqs)
+        t_gen = time.perf_counter() - t0
+        rewards = torch.tensor([reward_of(o.text) for o in out]).view(PROMPTS, K)
+        adv = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)).flatten()
+        rows = [TrainRow(role=Role.ACT, prompt_ids=r.prompt_ids, response_ids=o.token_ids, old_logprobs=o.logprobs,
+                         temperature=1.0, prompt_index=n // K, trajectory_key=n, reward=float(rewards.flatten()[n]),
+                         advantage=float(adv[n])) for n, (r, o) in enumerate(zip(reqs, out))]
+        policy_update(self.model, self.opt, rows, self.algo, pad_id=self.tok.pad_token_id,
+                      micro_batch=len(rows) // MICRO, grad_clip=1.0)
+        self.model.eval()
+        return time.perf_counter() - t0, t_gen, time.process_time() - c0
+
+
+class TrlArm:
+    def __init__(self, model_dir: Path, texts: list[str], new: int, lr: float, out: Path) -> None:
+        from datasets import Dataset
+        from transformers import TrainerCallback
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+        from trl import GRPOConfig, GRPOTrainer
+
+        from envace.models.loading import load_policy
+
+        self.model, self.tok = load_policy(model_dir, device="cpu")
+        arm = self
+
+        class Timer(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kw):
+                arm.t0, arm.c0, arm.t_gen = time.perf_counter(), time.process_time(), 0.0
+
+            def on_step_end(self, args, state, control, **kw):
+                arm.last, arm.cpu = time.perf_counter() - arm.t0, time.process_time() - arm.c0
+
+        generate = self.model.generate
+
+        def timed_generate(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return generate(*a, **kw)
+            finally:
+                arm.t_gen += time.perf_counter() - t
+
+        self.model.generate = timed_generate
+        cfg = GRPOConfig(output_dir=str(out), per_device_train_batch_size=PROMPTS * K // MICRO,
+                         gradient_accumulation_steps=MICRO, num_generations=K, max_completion_length=new,
+                         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="dapo", epsilon=0.2,
+                         num_iterations=1, scale_rewards="group", learning_rate=lr, weight_decay=0.0,
+                         max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0, use_cpu=True,
+                         bf16=False, fp16=False, max_steps=1, logging_steps=1000, report_to="none",
+                         save_strategy="no", shuffle_dataset=False, disable_dropout=True, disable_tqdm=True,
+                         dataloader_num_workers=0, seed=0)
+
+        def reward(prompts, completions, **kw):
+            return [reward_of(c) for c in completions]
+
+        data = Dataset.from_list([{"prompt": t} for t in texts])
+        self.trainer = GRPOTrainer(model=self.model, reward_funcs=reward, args=cfg, train_dataset=data,
+                                   processing_class=self.tok, callbacks=[Timer()])
+        for cb in (PrinterCallback, ProgressCallback):  # no per-call log lines
+            self.trainer.remove_callback(cb)
+
+    def step(self) -> tuple[float, float, float]:
+        self.trainer.train()  # max_steps=1: one optimizer step over 8 prompts x 8 completions
+        torch.set_num_threads(1)
+        return self.last, self.t_gen, self.cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--core", type=int, default=0, help="pin the process to this core (-1: no pinning)")
+    ap.add_argument("--trl-target", default="/tmp/trl-target")
+    args = ap.parse_args()
+    if args.core >= 0 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.core})
+    torch.set_num_threads(1)
+    sys.path.append(args.trl_target)
+    try:
+        import trl  # noqa: F401
+    except ImportError as e:
+        print(f"SKIP: TRL is not importable ({e}). Install it outside the project's dependencies:\n"
+              f"  .venv/bin/pip install --target {args.trl_target} --no-deps trl==1.16.0")
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir, corpus = build(Path(tmp))
+        from envace.models.loading import load_policy
+
+        _, tok = load_policy(model_dir, device="cpu")
+        texts = prompt_texts(tok, corpus)
+        envace = EnvaceArm(model_dir, texts, args.new, args.lr)
+        trl_arm = TrlArm(model_dir, texts, args.new, args.lr, Path(tmp) / "trl")
+        envace.step(), trl_arm.step()  # warm-up, untimed
+        rows = []
+        for pair in range(args.pairs):
+            arms = [("envace", envace), ("trl", trl_arm)]
+            res = dict((name, arm.step()) for name, arm in (arms if pair % 2 == 0 else arms[::-1]))
+            rows.append(res)
+            (e, eg, ec), (t, tg, tc) = res["envace"], res["trl"]
+            print(f"pair {pair}: envace {e:.3f} s (gen {eg:.3f}, rest {e - eg:.3f}; cpu {ec:.3f})  "
+                  f"TRL {t:.3f} s (gen {tg:.3f}, rest {t - tg:.3f}; cpu {tc:.3f})  ratio envace/TRL {e / t:.3f} "
+                  f"(cpu {ec / tc:.3f})", flush=True)
+    med = {k: statistics.median(r[k][0] for r in rows) for k in ("envace", "trl")}
+    gen = {k: statistics.median(r[k][1] for r in rows) for k in ("envace", "trl")}
+    print(f"prompt tokens {min(map(len, envace.prompts))}-{max(map(len, envace.prompts))}, envace engine: "
+          f"{envace.name}, torch {torch.__version__}, trl {sys.modules['trl'].__version__}")
+    print(f"median step: envace {med['envace']:.3f} s (generation {gen['envace']:.3f}, rest "
+          f"{med['envace'] - gen['envace']:.3f})  TRL {med['trl']:.3f} s (generation {gen['trl']:.3f}, rest "
+          f"{med['trl'] - gen['trl']:.3f})")
+    print(f"median of pair ratios envace/TRL: {statistics.median(r['envace'][0] / r['trl'][0] for r in rows):.3f}  "
+          f"(ratio of medians {med['envace'] / med['trl']:.3f}; target <= 0.5); process CPU time: "
+          f"{statistics.median(r['envace'][2] / r['trl'][2] for r in rows):.3f}")
+
+
+if __name__ == "__main__":
+    main()
