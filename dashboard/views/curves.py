@@ -1,5 +1,6 @@
 """Learning curves: per-role metrics over steps from MLflow (reward, advantage, KL, clip fraction, the
-Rehearse parse-error rate, rehearsal fidelity), several runs overlaid, one interactive chart per metric
+Rehearse parse-error rate, rehearsal fidelity, and the exploitation monitor's rehearsed vs real reward of a
+rehearse-mode training run), several runs overlaid, one interactive chart per metric
 group (plotly), plus any other logged metric on request."""
 
 from __future__ import annotations
