@@ -131,3 +131,25 @@ def test_training_resumes_from_the_intact_checkpoint_when_the_newest_is_damaged(
         steps = sorted(r[0] for r in c.execute(sa.text("SELECT step FROM trajectories")))
     engine.dispose()
     assert steps == [1, 1, 2, 2, 3, 3]
+
+
+class _FailingAdamW(torch.optim.AdamW):
+    """An optimizer whose state cannot be saved (a full disk, an I/O error): the save dies after the models
+    were written into the temporary directory."""
+
+    def state_dict(self):
+        raise OSError("No space left on device")
+
+
+def test_a_save_that_dies_midway_leaves_no_step_directory(tiny_model_dir, two_checkpoints):
+    model, tok = load_policy(tiny_model_dir)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(two_checkpoints, 3, {"policy": model}, tok,
+                        {"policy": _FailingAdamW(model.parameters(), lr=1e-3)}, {}, keep=5)
+    assert not (two_checkpoints / "step_000003").exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the half-written temporary directory is not a damaged checkpoint
+        assert latest_checkpoint(two_checkpoints).step == 2
+    save_checkpoint(two_checkpoints, 3, {"policy": model}, tok,
+                    {"policy": torch.optim.AdamW(model.parameters(), lr=1e-3)}, {}, keep=5)
+    assert sorted(os.listdir(two_checkpoints)) == ["step_000001", "step_000002", "step_000003"]
