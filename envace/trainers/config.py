@@ -100,7 +100,9 @@ class TrainConfig(BaseConfig):
     steps: int = Field(40, ge=1, description="Training steps (one optimizer step each; paper: 470).")
     prompts_per_step: int = Field(8, ge=1, description="Prompts x per step (paper: 16).")
     k: int = Field(8, ge=2, description="Trajectories per prompt (group size; paper: 4).")
-    micro_batch: int = Field(32, ge=1, description="Rows per forward/backward (gradient accumulation).")
+    micro_batch: int = Field(32, ge=1, description="Sequences per forward/backward (packed rows, length-sorted; gradient accumulation).")
+    micro_batch_tokens: int | None = Field(2048, ge=1, description="Padded tokens per forward/backward at most (None = no cap); "
+                                                                   "small caps waste less on padding on CPU.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps (and at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk.")
     seed: int = Field(0, description="Run seed; sampling seeds derive from (seed, step, prompt, sample, role).")

@@ -90,7 +90,8 @@ def update_models(policy: "_Policy", rows, cfg: TrainConfig, step: int = 0) -> d
             updates[name] = policy_update(policy.models[name], policy.optimizers[name], mine, cfg.algo,
                                           pad_id=policy.tokenizer.pad_token_id, micro_batch=cfg.micro_batch,
                                           grad_clip=cfg.optim.grad_clip, ref_model=policy.refs.get(name),
-                                          seed=derive_seed(cfg.seed, step, name, "mini_batches"))
+                                          seed=derive_seed(cfg.seed, step, name, "mini_batches"),
+                                          max_tokens=cfg.micro_batch_tokens)
     return updates
 
 

@@ -10,8 +10,10 @@ union (size B, the step's gradient). Departure: micro-batches differ in size, so
 the mean of |g_i|^2 and the mean of 1/b_i (E mean_i |g_i|^2 = |G|^2 + tr(Sigma) mean_i(1/b_i)), which reduces
 to the paper's pair when all b_i are equal. Estimates from several optimizer steps are combined as the
 paper advises: average |G|^2 and tr(Sigma) separately, then divide. The unit of b is the training row
-(one role call); rows of one trajectory are correlated, so B_simple counts effective rows. A single
-estimate is noisy and can be negative; that is reported as is, not clipped.
+(one role call); rows of one trajectory are correlated, so B_simple counts effective rows, and with
+token-mean the step's gradient weighs micro-batches by loss tokens rather than rows (a second-order
+difference when micro-batches have similar tokens per row). A single estimate is noisy and can be
+negative; that is reported as is, not clipped.
 """
 
 from __future__ import annotations

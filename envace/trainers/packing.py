@@ -82,12 +82,21 @@ def pack_rows(rows: list[TrainRow], *, pack: bool = True) -> list[Pack]:
     return packs
 
 
-def micro_batches(packs: list[Pack], size: int) -> list[list[Pack]]:
-    """Packs grouped by role, sorted by length (longest first) and cut into chunks of `size` sequences."""
+def micro_batches(packs: list[Pack], size: int, max_tokens: int | None = None) -> list[list[Pack]]:
+    """Packs grouped by role, sorted by length (longest first) and cut into chunks of at most `size`
+    sequences and, when `max_tokens` is set, at most `max_tokens` padded tokens (sequences x longest;
+    a single longer sequence still gets its own chunk)."""
     out: list[list[Pack]] = []
     for role in sorted({p.role for p in packs}, key=lambda r: r.value):
-        mine = sorted((p for p in packs if p.role == role), key=lambda p: -len(p.ids))
-        out.extend(mine[i:i + size] for i in range(0, len(mine), size))
+        cur: list[Pack] = []
+        for p in sorted((p for p in packs if p.role == role), key=lambda p: -len(p.ids)):
+            # longest first: the chunk's padded width is its first sequence's length
+            if cur and (len(cur) >= size or (max_tokens is not None and (len(cur) + 1) * len(cur[0].ids) > max_tokens)):
+                out.append(cur)
+                cur = []
+            cur.append(p)
+        if cur:
+            out.append(cur)
     return out
 
 

@@ -89,9 +89,11 @@ def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
 
 
 class _Updater:
-    def __init__(self, model, optimizer, rows, algo: AlgoConfig, pad_id, micro_batch, grad_clip, ref, full_logits):
+    def __init__(self, model, optimizer, rows, algo: AlgoConfig, pad_id, micro_batch, max_tokens, grad_clip, ref,
+                 full_logits):
         self.model, self.optimizer, self.rows, self.algo = model, optimizer, rows, algo
-        self.pad_id, self.micro_batch, self.grad_clip, self.ref = pad_id, micro_batch, grad_clip, ref
+        self.pad_id, self.micro_batch, self.max_tokens, self.grad_clip, self.ref = (pad_id, micro_batch, max_tokens,
+                                                                                    grad_clip, ref)
         self.full_logits = full_logits
         self.loss_fn = POLICY_LOSSES.get(algo.loss)
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -104,7 +106,7 @@ class _Updater:
     def step(self, packs: list[Pack], epoch: int, index: int) -> StepStats:
         algo = self.algo
         self.optimizer.zero_grad(set_to_none=True)
-        mbs = micro_batches(packs, self.micro_batch)
+        mbs = micro_batches(packs, self.micro_batch, self.max_tokens)
         n_rows = sum(len(p.segments) for p in packs)
         n_tok = sum(p.loss_tokens for p in packs)
         track = algo.grad_noise_scale and epoch == 0 and len(mbs) >= 2
@@ -185,11 +187,11 @@ class _Updater:
 
 
 def _reference_logprobs(ref_model, packs: list[Pack], rows: list[TrainRow], pad_id: int, micro_batch: int,
-                        full_logits: bool) -> dict[int, torch.Tensor]:
+                        max_tokens: int | None, full_logits: bool) -> dict[int, torch.Tensor]:
     """Each row's response log-probs under the frozen reference, through the same packed path."""
     ref: dict[int, torch.Tensor] = {}
     with torch.no_grad():
-        for mb in micro_batches(packs, micro_batch):
+        for mb in micro_batches(packs, micro_batch, max_tokens):
             out = packed_logprobs(ref_model, mb, rows, pad_id, full_logits=full_logits)
             for i, r in enumerate(out.rows):
                 ref[r] = out.logprobs[i, : len(rows[r].response_ids)]
@@ -198,10 +200,11 @@ def _reference_logprobs(ref_model, packs: list[Pack], rows: list[TrainRow], pad_
 
 def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows: list[TrainRow],
                   algo: AlgoConfig, *, pad_id: int, micro_batch: int, grad_clip: float,
-                  ref_model: torch.nn.Module | None = None, seed: int = 0,
+                  ref_model: torch.nn.Module | None = None, seed: int = 0, max_tokens: int | None = None,
                   full_logits: bool = False) -> UpdateResult:
-    """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps on `rows` (micro_batch = sequences per
-    forward). `seed` orders the mini-batches; `full_logits` forces the reference full-vocabulary head."""
+    """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps on `rows` (a forward takes at most
+    `micro_batch` sequences and `max_tokens` padded tokens). `seed` orders the mini-batches; `full_logits`
+    forces the reference full-vocabulary head."""
     t0 = time.perf_counter()
     model.train()
     packs = pack_rows(rows, pack=algo.pack)
@@ -209,8 +212,8 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
         return UpdateResult(loss=0.0, grad_norm=0.0, role_metrics={}, metrics={"optimizer_steps": 0.0})
     ref = None
     if algo.use_kl and ref_model is not None:
-        ref = _reference_logprobs(ref_model, packs, rows, pad_id, micro_batch, full_logits)
-    upd = _Updater(model, optimizer, rows, algo, pad_id, micro_batch, grad_clip, ref, full_logits)
+        ref = _reference_logprobs(ref_model, packs, rows, pad_id, micro_batch, max_tokens, full_logits)
+    upd = _Updater(model, optimizer, rows, algo, pad_id, micro_batch, max_tokens, grad_clip, ref, full_logits)
     rng = random.Random(seed)
     steps: list[StepStats] = []
     for epoch in range(algo.ppo_epochs):

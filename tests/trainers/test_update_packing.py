@@ -179,7 +179,7 @@ def test_sorted_micro_batches_equal_unsorted(model64, monkeypatch):
     rows = with_old_logprobs(model64, chained_rows(model64.config.vocab_size, seed=3), seed=4)
     sorted_res, sorted_grads = _grads_by_sgd(model64, rows, algo, 2)
 
-    def in_order(packs, size):  # the rows' own order, roles mixed, no sorting
+    def in_order(packs, size, max_tokens=None):  # the rows' own order, roles mixed, no sorting
         return [packs[i:i + size] for i in range(0, len(packs), size)]
 
     monkeypatch.setattr(update_mod, "micro_batches", in_order)
@@ -219,3 +219,21 @@ def test_bad_rows_are_named():
     rows[0].prompt_ids = []
     with pytest.raises(ValueError, match="training row 0 .act. has an empty prompt"):
         pack_rows(rows)
+
+
+def test_token_budget_caps_padded_tokens_per_micro_batch(model64):
+    rows = with_old_logprobs(model64, chained_rows(model64.config.vocab_size, seed=6), seed=7)
+    packs = pack_rows(rows, pack=False)
+    for budget in (1, 30, 60, 10_000):
+        mbs = micro_batches(packs, 100, max_tokens=budget)
+        assert sorted(id(p) for mb in mbs for p in mb) == sorted(id(p) for p in packs)
+        for mb in mbs:
+            assert len(mb) == 1 or len(mb) * max(len(p.ids) for p in mb) <= budget
+    assert len(micro_batches(packs, 100, max_tokens=1)) == len(packs)
+    # and the loss and gradients do not depend on it
+    algo = AlgoConfig(grad_noise_scale=False)
+    base, want = _grads_by_sgd(model64, rows, algo, 100)
+    res, got = _grads_by_sgd(model64, rows, algo, 100, max_tokens=40)
+    assert res.loss == pytest.approx(base.loss, abs=1e-9)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-7, rtol=0)
