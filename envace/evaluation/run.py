@@ -70,9 +70,11 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
             results["benchmarks"] = run_benchmarks(others, policy, limit=cfg.bench_limit, k=cfg.k,
                                                    seed=cfg.seeds[0], tts_n=cfg.tts_n, tts_mode=cfg.tts_mode,
                                                    tts_options=cfg.tts, user_sim=user_sim)
-    except BaseException:
-        if store is not None:
-            store.close("failed")
+    except BaseException as exc:
+        if store is not None:  # failed, or killed on Ctrl-C / SIGTERM (envace.tracking.lifecycle)
+            from envace.tracking.lifecycle import outcome_of
+
+            store.close(outcome_of(exc).store_status)
         raise
     if store is not None:
         store.close(None)  # committed; finished once MLflow has the run
@@ -101,6 +103,12 @@ class _EvalStore:
         self.writer = TrajectoryWriter(self.url, self.run_id, run=RunInfo(
             id=self.run_id, name=f"eval-{model_dir.name}", kind="eval", config=cfg.model_dump(mode="json"),
             git_commit=git_commit()))
+        from contextlib import ExitStack
+
+        from envace.tracking.lifecycle import sigterm_raises
+
+        self._signals = ExitStack()  # while the run is open, SIGTERM raises: the run ends killed, not running
+        self._signals.enter_context(sigterm_raises())
 
     def put(self, kind: str, seed: int, trajs: list) -> None:
         split = self.cfg.split if kind == "env" else f"{self.cfg.split}-{kind}"
@@ -115,8 +123,11 @@ class _EvalStore:
         try:
             self.writer.close()
         finally:
-            if status is not None:
-                self._register(status, None)
+            try:
+                if status is not None:
+                    self._register(status, None)
+            finally:
+                self._signals.close()
 
     def finish(self, mlflow_run_id: str | None) -> None:
         self._register("finished", mlflow_run_id)
