@@ -11,8 +11,9 @@ speed at batch decode:
 - the KV cache is preallocated for the whole call: K stored transposed (rows*kv_heads, head_dim, T) and V
   as (rows*kv_heads, T, head_dim), so a decode step writes one column and reads a slice, never a concat.
 - grouped-query attention reshapes the queries to (kv_heads, group) instead of repeating K/V heads.
-- prefill runs the prompts packed (no padding) through the linear layers, and attention prompt by prompt;
-  only each prompt's last position goes through the output layer.
+- prefill runs the prompts packed (no padding) through the linear layers, and one causal attention call
+  per chunk over the prompts right-padded to the chunk's longest; only each prompt's last position goes
+  through the output layer.
 Prompts are right-aligned at column W (the longest prompt); column j < W - len is masked for that row.
 """
 
@@ -175,30 +176,35 @@ class Qwen3Kernel:
         logits (len(prompts), V) at each prompt's last token."""
         dev, h, kvh, hd = self.device, self.h, self.kvh, self.hd
         lens = [len(p) for p in prompts]
+        nb, lmax = len(prompts), max(lens)
+        n_tok = torch.tensor(lens, device=dev)
         ids = torch.tensor([t for p in prompts for t in p], dtype=torch.long, device=dev)
-        pos = torch.cat([torch.arange(n, device=dev) for n in lens])
-        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]
-        starts = [0]
-        for n in lens:
-            starts.append(starts[-1] + n)
+        starts = torch.cumsum(n_tok, 0) - n_tok
+        pos = torch.arange(ids.shape[0], device=dev) - starts.repeat_interleave(n_tok)
+        # each packed token's place in a right-padded (prompt, lmax) grid and in the cache (row, column)
+        grid = pos + (torch.arange(nb, device=dev) * lmax).repeat_interleave(n_tok)
+        crow = torch.tensor(rows, device=dev).repeat_interleave(n_tok)
+        ccol = pos + (width - n_tok).repeat_interleave(n_tok)
         for r, n in zip(rows, lens):
             cache.bias[r, ..., :width - n] = float("-inf")
+        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]
         x = self.embed[ids]
-        attn = torch.empty(ids.shape[0], h, hd, dtype=self.dtype, device=dev)
+        pad_q = torch.zeros(nb * lmax, h, hd, dtype=self.dtype, device=dev)
+        pad_kv = torch.zeros(2, nb * lmax, kvh, hd, dtype=self.dtype, device=dev)
         for li, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x, cos, sin)
-            kc, vc = cache.k[li], cache.v[li]
-            for r, s, e in zip(rows, starts, starts[1:]):
-                kr, vr = k[s:e].transpose(0, 1), v[s:e].transpose(0, 1)  # (kvh, L, hd)
-                kc[r * kvh:(r + 1) * kvh, :, width - (e - s):width] = kr.transpose(1, 2)
-                vc[r * kvh:(r + 1) * kvh, width - (e - s):width] = vr
-                o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1)[None], kr[None], vr[None],
-                                                   is_causal=True, scale=1.0, enable_gqa=True)
-                attn[s:e] = o[0].transpose(0, 1)
-            x = torch.addmm(x, attn.view(-1, h * hd), layer.wo_t)
+            cache.k[li].view(cache.rows, kvh, hd, -1)[crow, :, :, ccol] = k
+            cache.v[li].view(cache.rows, kvh, -1, hd)[crow, :, ccol, :] = v
+            # one causal attention over the right-padded prompts: pads sit after every real token, so
+            # no real query sees them (pad queries see zeros and are never read)
+            pad_q[grid], pad_kv[0, grid], pad_kv[1, grid] = q, k, v
+            o = F.scaled_dot_product_attention(
+                pad_q.view(nb, lmax, h, hd).transpose(1, 2), pad_kv[0].view(nb, lmax, kvh, hd).transpose(1, 2),
+                pad_kv[1].view(nb, lmax, kvh, hd).transpose(1, 2), is_causal=True, scale=1.0, enable_gqa=True)
+            attn = o.transpose(1, 2).reshape(nb * lmax, h * hd)[grid]
+            x = torch.addmm(x, attn, layer.wo_t)
             x = self._mlp(layer, x)
-        last = torch.tensor([e - 1 for e in starts[1:]], device=dev)
-        return self.logits(x[last])
+        return self.logits(x[starts + n_tok - 1])
 
     # ----- decode ---------------------------------------------------------------------------------
 
