@@ -302,7 +302,7 @@ def _resume(client: MlflowClient, run_id: str, params: dict[str, str]) -> Mlflow
     try:
         run = client.get_run(run_id)
     except MlflowException:
-        raise ValueError(f"cannot resume MLflow run {run_id!r}: it is not in {client.tracking_uri}; "
+        raise ValueError(f"cannot resume MLflow run {run_id!r}: it is not in {mask_text(client.tracking_uri)}; "
                          f"check tracking.mlflow_uri or start a fresh run") from None
     client.update_run(run_id, status="RUNNING")
     handle = MlflowRun(client, run_id, run.info.experiment_id, resumed=True)

@@ -119,8 +119,10 @@ class RunTracker:
                     self.mlflow.client.set_terminated(old_ml, RunOutcome.KILLED.value)
                     self.mlflow.client.set_tag(old_ml, "envace.ended_by", f"restart as {self.mlflow_run_id}")
             except Exception as exc:  # noqa: BLE001 - another tracking URI than last time: nothing to close here
-                warnings.warn(f"could not close the previous MLflow run {old_ml} of {self.cfg.out_dir}: {exc}",
-                              stacklevel=3)
+                from envace.secrets import mask_text
+
+                warnings.warn(f"could not close the previous MLflow run {old_ml} of {self.cfg.out_dir}: "
+                              f"{mask_text(str(exc))}", stacklevel=3)
         if old_store and old_store != self.run_id and get_run_status(self.writer.engine, old_store) == "running":
             set_run_status(self.writer.engine, old_store, RunOutcome.KILLED.store_status)
         path.parent.mkdir(parents=True, exist_ok=True)
