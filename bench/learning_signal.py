@@ -80,14 +80,15 @@ def train_one(args, method: str, seed: int, out: Path) -> tuple[Path, Path | Non
                  "tracking.enabled=false", *METHODS[method], *args.set]
     tcfg = load_config(TrainConfig, args.config, overrides)
     tcfg = tcfg.model_copy(update={"save_every": tcfg.steps, "keep_checkpoints": 1})
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = train(tcfg)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     hist = res.history
-    info = {"wall_s": wall, "steps": tcfg.steps, "prompts_per_step": tcfg.prompts_per_step, "k": tcfg.k,
+    info = {"wall_s": wall, "cpu_s": cpu, "steps": tcfg.steps, "prompts_per_step": tcfg.prompts_per_step, "k": tcfg.k,
             "lr": tcfg.optim.lr, "train_reward_first": hist[0]["reward/mean"], "train_reward_last": hist[-1]["reward/mean"],
             "train_reward_last5": statistics.mean(h["reward/mean"] for h in hist[-5:]),
             "train_reward_first5": statistics.mean(h["reward/mean"] for h in hist[:5])}
+    (out / "history.json").write_text(json.dumps(hist, default=float))  # every step's metrics (noise scale, kept share, ...)
     per_role = tcfg.policy == "per_role"
     ckpt = res.checkpoint
     return ckpt / ("act" if per_role else "policy"), (ckpt / "rehearse" if per_role else None), info
@@ -158,9 +159,9 @@ def main() -> None:
         for seed in (int(s) for s in args.rl_seeds.split(",")):
             name = f"{method}_s{seed}"
             act, reh, info = train_one(args, method, seed, out / name)
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             scores = score_checkpoint(act, reh, tasks, eval_seeds, out / name / "eval_cache")
-            info["eval_s"] = time.perf_counter() - t1
+            info["eval_s"], info["eval_cpu_s"] = time.perf_counter() - t1, time.process_time() - c1
             per_method.setdefault(method, []).append(scores)
             sft_scores()
             run = {"method": method, "seed": seed, "split": args.split, "tasks": len(tasks), "tag": args.tag,
