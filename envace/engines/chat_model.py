@@ -161,6 +161,8 @@ class LocalChatModel:
             raise ChatRequestError(f"n={n} must be >= 1")
         _, prompt_ids = self.render(messages, tools, json_schema, chat_template_kwargs)
         budget = max_tokens if max_tokens is not None else self.default_max_tokens
+        if max_tokens is None and self.max_model_len is not None:  # as vLLM: what the prompt leaves, here capped
+            budget = min(budget, max(1, self.max_model_len - len(prompt_ids)))
         if budget < 1:
             raise ChatRequestError(f"max_tokens={budget} must be >= 1")
         if self.max_model_len is not None and len(prompt_ids) + budget > self.max_model_len:

@@ -9,6 +9,18 @@ chat_template_kwargs). Hermes `<tool_call>` blocks become OpenAI `tool_calls` wi
 does); usage counts are returned. Errors use OpenAI's `{"error": {message, type, code}}` shape: 400 for a
 bad request, 404 for an unknown model name (as vLLM), 500 when generation fails.
 
+Limits, so one request cannot tie the server up:
+- context: prompt + max_tokens must fit `max_model_len` (default: the model's `max_position_embeddings`,
+  as vLLM's `--max-model-len`); a longer request is a 400 "maximum context length". A prompt whose text
+  alone must exceed the context (characters / the longest vocabulary token) is refused before it is
+  tokenised. Without max_tokens the completion may use what the prompt leaves of the context (up to 512).
+- `max_tokens` (or max_completion_tokens) above `max_tokens_limit` (default: max_model_len) is a 400,
+  never clamped: a client asking for 1e30 tokens learns the limit instead of silently getting less.
+- request bodies over `max_request_bytes` (default 8 MB) are answered 413 before they are parsed.
+- seeds outside [0, 2^63 - n] are a 400 (torch generators take 64-bit seeds; choice i uses seed + i).
+- a client that disconnects cancels its generation (checked before every forward pass of the model),
+  and SIGTERM / Ctrl-C cancel in-flight generations, which answer 503, so the server exits at once.
+
 Departures from vLLM: no streaming (`stream: true` is refused with 400), no constrained decoding
 (`response_format` json_schema / json_object is best effort, see chat_model.py), requests are served one
 at a time, and unknown request fields are ignored. Binds 127.0.0.1 unless told otherwise.
@@ -16,6 +28,7 @@ at a time, and unknown request fields are ignored. Binds 127.0.0.1 unless told o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -33,6 +46,74 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from envace.engines.chat_model import ChatRequestError, LocalChatModel
 
 
+MAX_SEED = 2**63 - 1
+DEFAULT_MAX_REQUEST_BYTES = 8_000_000
+DISCONNECT_POLL_S = 0.05  # how often a waiting handler asks whether its client is still connected
+GRACEFUL_SHUTDOWN_S = 10  # uvicorn's backstop after a signal; cancelled generations end well before
+
+
+class GenerationCancelled(Exception):
+    """Raised inside the model's forward pass when the request was cancelled (client gone, shutdown)."""
+
+
+class _Cancellation:
+    """Per-thread cancel events checked by a forward pre-hook on the served model (one per model, however
+    many apps serve it). Generation runs synchronously in the request's worker thread, so the hook sees
+    that request's event."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    @classmethod
+    def of(cls, chat: LocalChatModel) -> "_Cancellation":
+        existing = getattr(chat, "_envace_cancellation", None)
+        if existing is not None:
+            return existing
+        made = cls()
+        model = getattr(chat.engine, "model", None)
+        if model is not None and hasattr(model, "register_forward_pre_hook"):
+            model.register_forward_pre_hook(made.hook)
+        chat._envace_cancellation = made  # type: ignore[attr-defined]
+        return made
+
+    def hook(self, _module: Any, _args: Any) -> None:
+        event = getattr(self.local, "event", None)
+        if event is not None and event.is_set():
+            raise GenerationCancelled("generation cancelled")
+
+    def run(self, event: threading.Event, fn: Any, *args: Any) -> Any:
+        self.local.event = event
+        try:
+            return fn(*args)
+        finally:
+            self.local.event = None
+
+
+class _InFlight:
+    """One app's running generations, so a shutdown can cancel them all and refuse new ones."""
+
+    def __init__(self) -> None:
+        self.events: set[threading.Event] = set()
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+
+    def add(self, event: threading.Event) -> None:
+        with self.lock:
+            self.events.add(event)
+            if self.stopping.is_set():
+                event.set()
+
+    def discard(self, event: threading.Event) -> None:
+        with self.lock:
+            self.events.discard(event)
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping.set()
+            for event in self.events:
+                event.set()
+
+
 class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -44,7 +125,7 @@ class ChatCompletionRequest(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
     n: int = Field(1, ge=1, le=16)
     stream: bool = False
@@ -69,6 +150,41 @@ def _schema_of(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
     if kind in (None, "text"):
         return None
     raise ChatRequestError(f"response_format type {kind!r} is not supported; use text, json_object or json_schema")
+
+
+def longest_token_chars(tokenizer: Any) -> int:
+    """Most text characters one token can stand for: the longest vocabulary string (byte-level BPE
+    writes one character per byte, and a text character is at least one byte)."""
+    return max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
+
+
+def _text_chars(messages: Any) -> int:
+    """Characters of message text the chat template will copy into the prompt (a lower bound)."""
+    n = 0
+    for m in messages if isinstance(messages, list) else []:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, str):
+            n += len(content)
+        elif isinstance(content, list):
+            n += sum(len(p.get("text", "")) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return n
+
+
+def check_limits(chat: LocalChatModel, req: ChatCompletionRequest, max_tokens_limit: int | None,
+                 token_chars: int) -> None:
+    """Refuse, before any tokenising, what cannot fit (raises ChatRequestError -> 400)."""
+    asked = req.max_completion_tokens or req.max_tokens
+    if max_tokens_limit is not None and asked is not None and asked > max_tokens_limit:
+        raise ChatRequestError(f"max_tokens={asked} is more than this server allows ({max_tokens_limit}); "
+                               f"ask for at most {max_tokens_limit} (envace serve --max-tokens-limit)")
+    if req.seed is not None and req.seed + req.n - 1 > MAX_SEED:
+        raise ChatRequestError(f"seed={req.seed} with n={req.n} needs seeds up to {req.seed + req.n - 1}; "
+                               f"use a seed in [0, {MAX_SEED - req.n + 1}]")
+    if chat.max_model_len is not None:
+        least = -(-_text_chars(req.messages) // token_chars)  # ceil: tokens the message text needs at least
+        if least >= chat.max_model_len:
+            raise ChatRequestError(f"this model's maximum context length is {chat.max_model_len} tokens; the "
+                                   f"messages hold at least {least} tokens of text; shorten them")
 
 
 def chat_completion(chat: LocalChatModel, req: ChatCompletionRequest) -> dict[str, Any]:
@@ -103,18 +219,51 @@ def chat_completion(chat: LocalChatModel, req: ChatCompletionRequest) -> dict[st
                       "total_tokens": prompt_tokens + completion}}
 
 
+def model_max_len(chat: LocalChatModel) -> int | None:
+    """The served model's own context length (config.max_position_embeddings), when it declares one."""
+    config = getattr(getattr(chat.engine, "model", None), "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None when it is larger than `limit` bytes (read no further than that)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def create_app(model_dir: str | Path | None = None, *, chat: LocalChatModel | None = None,
                served_model_name: str | None = None, device: str | None = None,
-               max_model_len: int | None = None) -> FastAPI:
-    """The FastAPI app serving `model_dir` (or an already-built `chat` model)."""
+               max_model_len: int | None = None, max_tokens_limit: int | None = None,
+               max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
+    """The FastAPI app serving `model_dir` (or an already-built `chat` model). `max_model_len` defaults to
+    the model's max_position_embeddings and `max_tokens_limit` to max_model_len (see the module doc)."""
     if chat is None:
         if model_dir is None:
             raise ValueError("create_app needs model_dir or chat")
         chat = LocalChatModel.from_dir(model_dir, name=served_model_name, device=device, max_model_len=max_model_len)
     elif served_model_name:
         chat.name = served_model_name
+    if max_model_len is not None:
+        chat.max_model_len = max_model_len
+    elif chat.max_model_len is None:
+        chat.max_model_len = model_max_len(chat)
+    limit = max_tokens_limit if max_tokens_limit is not None else chat.max_model_len
+    token_chars = longest_token_chars(chat.tokenizer)
+    cancellation, inflight = _Cancellation.of(chat), _InFlight()
     app = FastAPI(title="envace serve", version="1")
     app.state.chat = chat
+    app.state.inflight = inflight
+    app.state.limits = {"max_model_len": chat.max_model_len, "max_tokens_limit": limit,
+                        "max_request_bytes": max_request_bytes}
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
@@ -126,9 +275,13 @@ def create_app(model_dir: str | Path | None = None, *, chat: LocalChatModel | No
 
     @app.post("/v1/chat/completions")
     async def completions(request: Request) -> JSONResponse:
+        raw = await _read_body(request, max_request_bytes)
+        if raw is None:
+            return _error(413, f"request body is larger than this server's limit of {max_request_bytes} bytes; "
+                               f"send a shorter request (envace serve --max-request-bytes)")
         try:
-            body = await request.json()
-        except ValueError:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
             return _error(400, "request body is not JSON")
         try:
             req = ChatCompletionRequest.model_validate(body)
@@ -138,27 +291,70 @@ def create_app(model_dir: str | Path | None = None, *, chat: LocalChatModel | No
         if req.model and req.model != chat.name:
             return _error(404, f"The model `{req.model}` does not exist; this server serves `{chat.name}`",
                           "NotFoundError")
+        if inflight.stopping.is_set():
+            return _error(503, "the server is shutting down", "ServiceUnavailableError")
         try:
-            # Generation is CPU/GPU-bound and serialised by the model's lock; run it off the event loop.
-            from starlette.concurrency import run_in_threadpool
-
-            return JSONResponse(await run_in_threadpool(chat_completion, chat, req))
+            check_limits(chat, req, limit, token_chars)
+            return JSONResponse(await _generate_unless_disconnected(request, chat, req, cancellation, inflight))
         except ChatRequestError as exc:
             return _error(400, str(exc))
+        except GenerationCancelled:
+            # the client is gone (nobody reads this) or the server is stopping
+            return _error(503, "generation cancelled: the server is shutting down or the client disconnected",
+                          "ServiceUnavailableError")
         except Exception as exc:  # a failing generation must answer, not drop the connection
             return _error(500, f"generation failed: {type(exc).__name__}: {exc}", "InternalServerError")
 
     return app
 
 
+async def _generate_unless_disconnected(request: Request, chat: LocalChatModel, req: ChatCompletionRequest,
+                                        cancellation: _Cancellation, inflight: _InFlight) -> dict[str, Any]:
+    """Run the generation in a worker thread (it is CPU/GPU-bound and serialised by the model's lock)
+    while watching the connection; a disconnect (or a shutdown) sets the request's cancel event."""
+    from starlette.concurrency import run_in_threadpool
+
+    event = threading.Event()
+    inflight.add(event)
+    task = asyncio.ensure_future(run_in_threadpool(cancellation.run, event, chat_completion, chat, req))
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if not task.done() and await request.is_disconnected():
+                event.set()
+                break
+        return await task
+    finally:
+        event.set()  # the handler itself was cancelled (forced shutdown): stop the thread too
+        inflight.discard(event)
+
+
+class _Server:
+    """uvicorn.Server whose signal handling first cancels in-flight generations, so a SIGTERM is obeyed at
+    once instead of waiting for them (uvicorn would wait for the handlers until a second signal)."""
+
+    @staticmethod
+    def make(app: FastAPI, **config: Any) -> Any:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                inflight = getattr(app.state, "inflight", None)
+                if inflight is not None:
+                    inflight.stop()
+                super().handle_exit(sig, frame)
+
+        return Server(uvicorn.Config(app, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **config))
+
+
 def run_server(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, *,
                served_model_name: str | None = None, device: str | None = None,
-               max_model_len: int | None = None, log_level: str = "info") -> None:
-    """Serve until interrupted."""
-    import uvicorn
-
-    app = create_app(model_dir, served_model_name=served_model_name, device=device, max_model_len=max_model_len)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+               max_model_len: int | None = None, max_tokens_limit: int | None = None,
+               max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, log_level: str = "info") -> None:
+    """Serve until interrupted (SIGINT / SIGTERM cancel in-flight generations and exit)."""
+    app = create_app(model_dir, served_model_name=served_model_name, device=device, max_model_len=max_model_len,
+                     max_tokens_limit=max_tokens_limit, max_request_bytes=max_request_bytes)
+    _Server.make(app, host=host, port=port, log_level=log_level).run()
 
 
 @contextmanager
@@ -166,13 +362,11 @@ def background_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
                       startup_timeout: float = 60.0) -> Iterator[str]:
     """Run `app` with uvicorn in a daemon thread; yields its base URL (`http://host:port`) and stops it on
     exit. Port 0 picks a free port; the socket is bound here first, so there is no race for it."""
-    import uvicorn
-
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = _Server.make(app, log_level="warning", lifespan="off")
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name=f"envace-serve-{bound}")
     thread.start()
@@ -186,7 +380,7 @@ def background_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
     try:
         yield f"http://{host}:{bound}"
     finally:
-        server.should_exit = True
+        server.handle_exit(0, None)  # as on SIGTERM: cancel in-flight generations, then stop
         thread.join(timeout=30)
         sock.close()
 
