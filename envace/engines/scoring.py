@@ -43,22 +43,27 @@ def _split_head(model: Any) -> tuple[Any, torch.nn.Linear] | None:
 
 def token_logprobs(model: Any, ids: torch.Tensor, seq_idx: torch.Tensor, pos_idx: torch.Tensor,
                    targets: torch.Tensor, temps: torch.Tensor, *, with_entropy: bool = False,
-                   entropy_grad: bool = True,
-                   full_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   entropy_grad: bool = True, full_logits: bool = False,
+                   position_ids: torch.Tensor | None = None,
+                   attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (N,) of `targets` read at logits position (seq_idx, pos_idx) of right-padded `ids` (P, T).
 
     The logits at position t predict token t+1, so a response token at position s is read at s - 1.
     `temps` (N,) are logprob temperatures (> 0). Returns (log-probs, entropy of the full-vocab
     distribution at T or None), both in the model's dtype promoted to at least float32. With
     entropy_grad=False the entropy is a detached metric (no (N, V) tensor kept for the backward pass).
+    `position_ids` (P, T) and a prepared 4D `attention_mask` are passed through (tree packing); by default
+    positions are 0..T-1 and attention is causal.
     """
     split = None if full_logits else _split_head(model)
     if split is not None:
         base, head = split
-        hidden = base(input_ids=ids, use_cache=False).last_hidden_state
+        hidden = base(input_ids=ids, use_cache=False, position_ids=position_ids,
+                      attention_mask=attention_mask).last_hidden_state
         logits = head(hidden[seq_idx, pos_idx])
     else:
-        logits = model(input_ids=ids, use_cache=False).logits[seq_idx, pos_idx]
+        logits = model(input_ids=ids, use_cache=False, position_ids=position_ids,
+                       attention_mask=attention_mask).logits[seq_idx, pos_idx]
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     logp_all = torch.log_softmax(logits / temps.to(logits.dtype)[:, None], dim=-1)
     logp = logp_all.gather(1, targets[:, None]).squeeze(1)

@@ -1,22 +1,31 @@
 """Packing of training rows into sequences, and the log-probs of every packed response.
 
-A trajectory's role calls often extend each other: the prompt of Act call j+1 starts with Act call j's
-prompt + response (then the tool result and the next turn follow). Under a causal model the logits at
-position t depend only on tokens 0..t, so the log-probs of call j's response read from call j+1's longer
-sequence equal those of call j's own sequence. `pack_rows` therefore merges, within one trajectory and
-role, rows whose full sequences (prompt + response) are prefixes of one another into a single sequence
-(the longest), and keeps one `Segment` per row: where its response sits and at which temperature it was
-sampled. One forward over the pack then serves every row in it; the loss is unchanged (the tests check it
-against unpacked rows and a per-row loop).
+Under a causal model the logits at a position depend only on the tokens before it, so rows that share a
+prefix can share its computation:
+- "chain": a trajectory's role calls often extend each other (the prompt of Act call j+1 starts with Act
+  call j's prompt + response, then the tool result and the next turn). Rows of one trajectory and role
+  whose full sequences (prompt + response) are prefixes of one another become one sequence (the
+  longest); each row reads its response from it.
+- "tree": the rows of one task prompt and role (its K trajectories) are merged into a prefix tree (the
+  shared system prompt, tools, task and common turns once); the tree's tokens are laid out depth-first
+  with position id = depth, and an explicit attention mask lets each token see exactly its ancestors
+  (in depth-first order, k is an ancestor of q iff k <= q < end of k's subtree). Every token then
+  computes what it computes in its own row's sequence. Masked attention costs ~N^2 for N tree tokens, so
+  a task whose tree is large (long multi-turn env trajectories) keeps its chains when those are cheaper
+  (`TREE_PAIR_COST`).
+- "off": one sequence per row.
+Every row keeps a `Segment`: the positions whose logits predict its response tokens. The loss is
+unchanged (the tests check all three against a per-row loop).
 
-`micro_batches` sorts packs by length so that padding inside a forward stays small, and never mixes roles
-in one micro-batch (so the loss function's own metrics of a micro-batch are one role's, and each role's
-gradient can be read from the micro-batch gradients for the noise scale).
+`micro_batches` sorts packs by length so that padding inside a forward stays small, caps the padded
+tokens per forward, and never mixes roles in one micro-batch (so the loss function's own metrics of a
+micro-batch are one role's, and each role's gradient can be read from the micro-batch gradients).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 import torch
 
@@ -26,11 +35,26 @@ from envace.trainers.rows import TrainRow
 from envace.types import Role
 
 
+# Cost of one attended (query, key) pair under an explicit mask, relative to one token's dense work
+# (projections, MLP): measured on the tiny model on one CPU core (~0.45 us per pair vs ~0.4 ms per token
+# forward + backward). A task's tree is used only where N + TREE_PAIR_COST * N^2 < its chains' tokens.
+TREE_PAIR_COST = 1 / 900
+
+
+class PackMode(str, Enum):
+    OFF = "off"
+    CHAIN = "chain"
+    TREE = "tree"
+
+
 @dataclass
 class Segment:
-    row: int    # index into the update's row list
-    start: int  # position of the row's first response token in the packed sequence
-    length: int  # response tokens
+    row: int         # index into the update's row list
+    read: list[int]  # positions in the pack whose logits predict the row's response tokens, in order
+
+    @property
+    def length(self) -> int:
+        return len(self.read)
 
 
 @dataclass
@@ -38,6 +62,8 @@ class Pack:
     ids: list[int]
     role: Role
     segments: list[Segment] = field(default_factory=list)
+    positions: list[int] | None = None  # position ids (tree: depth); None = 0..n-1
+    ends: list[int] | None = None       # tree: end (exclusive) of each token's subtree; None = causal
 
     @property
     def loss_tokens(self) -> int:
@@ -48,24 +74,27 @@ def _is_prefix(short: list[int], long: list[int]) -> bool:
     return len(short) <= len(long) and long[:len(short)] == short
 
 
-def pack_rows(rows: list[TrainRow], *, pack: bool = True) -> list[Pack]:
-    """One pack per row (pack=False), or rows of a trajectory and role merged where one's prompt + response
-    is a prefix of another's. Rows without response tokens are left out (they carry no loss)."""
+def _check(i: int, row: TrainRow) -> None:
+    if not row.prompt_ids:
+        raise ValueError(f"training row {i} ({row.role.value}) has an empty prompt; the first response "
+                         f"token needs at least one prompt token")
+    if len(row.old_logprobs) != len(row.response_ids):
+        raise ValueError(f"training row {i} ({row.role.value}) has {len(row.response_ids)} response tokens but "
+                         f"{len(row.old_logprobs)} old log-probs; the engine must record one per token")
+
+
+def _chain_read(prompt_len: int, n: int) -> list[int]:
+    return list(range(prompt_len - 1, prompt_len - 1 + n))  # logits at t predict token t + 1
+
+
+def _chains(rows: list[TrainRow], idx: list[int], merge: bool) -> list[Pack]:
     packs: list[Pack] = []
     open_packs: dict[tuple[int, Role], list[Pack]] = {}
-    for i, row in enumerate(rows):
-        if not row.response_ids:
-            continue
-        if not row.prompt_ids:
-            raise ValueError(f"training row {i} ({row.role.value}) has an empty prompt; the first response "
-                             f"token needs at least one prompt token")
-        if len(row.old_logprobs) != len(row.response_ids):
-            raise ValueError(f"training row {i} ({row.role.value}) has {len(row.response_ids)} response tokens but "
-                             f"{len(row.old_logprobs)} old log-probs; the engine must record one per token")
+    for i in idx:
+        row = rows[i]
         seq = list(row.prompt_ids) + list(row.response_ids)
-        seg = Segment(row=i, start=len(row.prompt_ids), length=len(row.response_ids))
         target = None
-        if pack:
+        if merge:
             for cand in open_packs.get((row.trajectory_key, row.role), []):
                 if _is_prefix(seq, cand.ids):
                     target = cand
@@ -78,8 +107,70 @@ def pack_rows(rows: list[TrainRow], *, pack: bool = True) -> list[Pack]:
             target = Pack(ids=seq, role=row.role)
             packs.append(target)
             open_packs.setdefault((row.trajectory_key, row.role), []).append(target)
-        target.segments.append(seg)
+        target.segments.append(Segment(row=i, read=_chain_read(len(row.prompt_ids), len(row.response_ids))))
     return packs
+
+
+def _tree(rows: list[TrainRow], idx: list[int]) -> Pack:
+    """One prefix tree of the rows `idx`, laid out depth-first."""
+    token: list[int] = []
+    children: list[dict[int, int]] = [{}]  # node 0 is a virtual root
+    paths: list[list[int]] = []
+    for i in idx:
+        node, path = 0, []
+        for t in list(rows[i].prompt_ids) + list(rows[i].response_ids):
+            nxt = children[node].get(t)
+            if nxt is None:
+                token.append(t)
+                children.append({})
+                nxt = len(token)
+                children[node][t] = nxt
+            node = nxt
+            path.append(node)
+        paths.append(path)
+    order: dict[int, int] = {}  # node -> depth-first index
+    ids: list[int] = []
+    depth: list[int] = []
+    ends: list[int] = []
+    stack = [(c, 0, False) for c in reversed(list(children[0].values()))]
+    while stack:
+        node, d, done = stack.pop()
+        if done:
+            ends[order[node]] = len(ids)
+            continue
+        order[node] = len(ids)
+        ids.append(token[node - 1])
+        depth.append(d)
+        ends.append(0)
+        stack.append((node, d, True))
+        stack.extend((c, d + 1, False) for c in reversed(list(children[node].values())))
+    pack = Pack(ids=ids, role=rows[idx[0]].role, positions=depth, ends=ends)
+    for i, path in zip(idx, paths):
+        p = len(rows[i].prompt_ids)
+        pack.segments.append(Segment(row=i, read=[order[n] for n in path[p - 1:p - 1 + len(rows[i].response_ids)]]))
+    return pack
+
+
+def pack_rows(rows: list[TrainRow], mode: PackMode | str = PackMode.CHAIN) -> list[Pack]:
+    """Packs of `rows` (see the module docstring). Rows without response tokens are left out (no loss)."""
+    mode = PackMode(mode)
+    idx = []
+    for i, row in enumerate(rows):
+        if row.response_ids:
+            _check(i, row)
+            idx.append(i)
+    if mode is not PackMode.TREE:
+        return _chains(rows, idx, merge=mode is PackMode.CHAIN)
+    groups: dict[tuple[Role, int], list[int]] = {}
+    for i in idx:
+        groups.setdefault((rows[i].role, rows[i].prompt_index), []).append(i)
+    out: list[Pack] = []
+    for g in groups.values():
+        tree, chains = _tree(rows, g), _chains(rows, g, merge=True)
+        n = len(tree.ids)
+        # a tree's masked attention costs ~N^2 pairs; keep it only where it beats the chains' tokens
+        out.extend([tree] if n + TREE_PAIR_COST * n * n < sum(len(c.ids) for c in chains) else chains)
+    return out
 
 
 def micro_batches(packs: list[Pack], size: int, max_tokens: int | None = None) -> list[list[Pack]]:
@@ -98,6 +189,35 @@ def micro_batches(packs: list[Pack], size: int, max_tokens: int | None = None) -
         if cur:
             out.append(cur)
     return out
+
+
+def tree_mask_kind(model) -> str | None:
+    """How an explicit 4D mask is passed to `model`: "bool" (sdpa), "additive" (eager), or None when the
+    attention implementation cannot take one (then use chain packing)."""
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return {"sdpa": "bool", "eager": "additive"}.get(impl)
+
+
+def _tree_inputs(packs: list[Pack], total: int, dtype: torch.dtype, kind: str | None):
+    """Position ids (P, T) and the 4D mask (P, 1, T, T) of a micro-batch holding tree packs."""
+    if kind is None:
+        raise ValueError("tree packing needs a model with sdpa or eager attention; use algo.pack=chain")
+    pos = torch.zeros((len(packs), total), dtype=torch.long)
+    ends = torch.zeros((len(packs), total), dtype=torch.long)
+    for i, p in enumerate(packs):
+        n = len(p.ids)
+        pos[i, :n] = torch.tensor(p.positions if p.positions is not None else range(n))
+        ends[i, :n] = torch.tensor(p.ends if p.ends is not None else [n] * n)
+        ends[i, n:] = torch.arange(n, total) + 1  # padding sees itself only (no empty softmax rows)
+    q = torch.arange(total)[:, None]
+    k = torch.arange(total)[None, :]
+    allowed = (k <= q)[None] & (q[None] < ends[:, None, :])  # k is an ancestor-or-self of q
+    pad = torch.arange(total)[None, :] >= torch.tensor([len(p.ids) for p in packs])[:, None]
+    allowed = torch.where(pad[:, :, None], torch.eye(total, dtype=torch.bool)[None], allowed)
+    if kind == "bool":
+        return pos, allowed[:, None]
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    return pos, mask[:, None]
 
 
 @dataclass
@@ -130,16 +250,21 @@ def packed_logprobs(model, packs: list[Pack], rows: list[TrainRow], pad_id: int,
             order.append(seg.row)
             n = seg.length
             seq_idx += [p_i] * n
-            pos_idx += range(seg.start - 1, seg.start - 1 + n)  # logits at t predict token t + 1
-            targets += pack.ids[seg.start:seg.start + n]
+            pos_idx += seg.read
+            targets += rows[seg.row].response_ids
             temps += [logprob_temperature(rows[seg.row].temperature)] * n
             slot += [r] * n
             cols += range(n)
+    extra = {}
+    if any(p.ends is not None for p in packs):
+        dtype = next(model.parameters()).dtype
+        pos, mask4 = _tree_inputs(packs, total, dtype, tree_mask_kind(model))
+        extra = {"position_ids": pos.to(device), "attention_mask": mask4.to(device)}
     resp_len = max(s.length for p in packs for s in p.segments)
     lp, ent = token_logprobs(model, ids.to(device), torch.tensor(seq_idx, device=device),
                              torch.tensor(pos_idx, device=device), torch.tensor(targets, device=device),
                              torch.tensor(temps, device=device), with_entropy=with_entropy,
-                             entropy_grad=entropy_grad, full_logits=full_logits)
+                             entropy_grad=entropy_grad, full_logits=full_logits, **extra)
     where = (torch.tensor(slot, device=device), torch.tensor(cols, device=device))
     shape = (len(order), resp_len)
     mask = torch.zeros(shape, dtype=torch.float32, device=device)

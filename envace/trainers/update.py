@@ -1,9 +1,10 @@
 """The policy update of one rollout batch: PPO epochs x mini-batches, each an optimizer step over
 gradient-accumulated micro-batches of packed sequences.
 
-Rows are packed (`envace.trainers.packing`: a trajectory's calls whose prompts extend each other share
-one sequence), packs are sorted by length into micro-batches of one role, and only response positions go
-through the output layer. Per epoch (`algo.ppo_epochs`) the packs are shuffled (seeded) and split into
+Rows are packed (`envace.trainers.packing`, `algo.pack`: the rows of a task's K trajectories share one
+prefix tree, or a trajectory's calls whose prompts extend each other share one sequence), packs are
+sorted by length into token-capped micro-batches of one role, and only response positions go through
+the output layer. Per epoch (`algo.ppo_epochs`) the packs are shuffled (seeded) and split into
 `algo.ppo_mini_batches` mini-batches of about equal loss tokens; each mini-batch is one optimizer step. With
 1 epoch x 1 mini-batch this is one on-policy step per rollout batch, as in the paper.
 
@@ -29,7 +30,7 @@ import torch
 from envace.algos import aggregate, kl_penalty, POLICY_LOSSES
 from envace.trainers.config import AlgoConfig
 from envace.trainers.noise_scale import NoiseAccumulator, estimate
-from envace.trainers.packing import Pack, micro_batches, pack_rows, packed_logprobs
+from envace.trainers.packing import Pack, PackMode, micro_batches, pack_rows, packed_logprobs, tree_mask_kind
 from envace.trainers.rows import TrainRow
 from envace.types import Role
 
@@ -207,7 +208,10 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
     forces the reference full-vocabulary head."""
     t0 = time.perf_counter()
     model.train()
-    packs = pack_rows(rows, pack=algo.pack)
+    mode = PackMode(algo.pack)
+    if mode is PackMode.TREE and tree_mask_kind(model) is None:
+        mode = PackMode.CHAIN  # the attention implementation takes no explicit mask
+    packs = pack_rows(rows, mode)
     if not packs:
         return UpdateResult(loss=0.0, grad_norm=0.0, role_metrics={}, metrics={"optimizer_steps": 0.0})
     ref = None

@@ -1,5 +1,6 @@
-"""The packed update against a slow per-row loop: packing a trajectory's calls into one sequence, sorted
-micro-batches and the response-only output layer change neither the loss nor the gradients (float64,
+"""The packed update against a slow per-row loop: prefix-tree packing of a task's rows, chain packing of a
+trajectory's calls into one sequence, sorted micro-batches and the response-only output layer change
+neither the loss nor the gradients (float64,
 seeded rows with chains of prompts that extend each other, two roles at their own temperatures, KL to a
 perturbed reference and an entropy bonus)."""
 
@@ -14,7 +15,7 @@ from envace.engines.base import logprob_temperature
 from envace.models.loading import load_policy
 from envace.trainers import update as update_mod
 from envace.trainers.config import AlgoConfig
-from envace.trainers.packing import micro_batches, pack_rows, packed_logprobs
+from envace.trainers.packing import micro_batches, pack_rows, packed_logprobs, tree_mask_kind
 from envace.trainers.rows import TrainRow
 from envace.trainers.update import policy_update
 from envace.types import Role
@@ -135,8 +136,11 @@ def test_packed_unpacked_and_slow_loop_agree(model64, case):
             for p in ref.parameters():
                 p.add_(0.02 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel()), dtype=p.dtype))
     want_loss, want = _reference_grads(model64, rows, algo, ref)
-    assert len(pack_rows(rows)) < len(pack_rows(rows, pack=False))  # packing really happened
-    for pack, mb in ((True, 2), (True, 100), (False, 3), (False, 1)):
+    assert tree_mask_kind(model64) == "bool"  # sdpa: the tree path runs, no silent fall-back to chains
+    # packing really happened: fewer sequences (chain), fewer tokens (tree)
+    assert len(pack_rows(rows, "chain")) < len(pack_rows(rows, "off"))
+    assert sum(len(p.ids) for p in pack_rows(rows, "tree")) < sum(len(p.ids) for p in pack_rows(rows, "chain"))
+    for pack, mb in (("tree", 1), ("tree", 100), ("chain", 2), ("chain", 100), ("off", 3), ("off", 1)):
         res, got = _grads_by_sgd(model64, rows, algo.model_copy(update={"pack": pack}), mb, ref=ref)
         assert res.loss == pytest.approx(want_loss, abs=1e-9), (pack, mb)
         # 1e-7, not float64's 1e-15: Qwen3's RMSNorm computes in float32 even in a float64 model, so
@@ -149,7 +153,7 @@ def test_packing_merges_chains_within_trajectory_and_role():
     rows = chained_rows(700, seed=0)
     for r in rows:
         r.old_logprobs = [0.0] * len(r.response_ids)
-    packs = pack_rows(rows)
+    packs = pack_rows(rows, "chain")
     by_rows = sorted(sorted(s.row for s in p.segments) for p in packs)
     # act chain 0-1-2; rehearse chain 3-4; lone act 5; trajectory 1: the row and its duplicate 6-7; greedy 8
     assert by_rows == [[0, 1, 2], [3, 4], [5], [6, 7], [8]]
@@ -157,8 +161,10 @@ def test_packing_merges_chains_within_trajectory_and_role():
     assert chain.ids == rows[2].prompt_ids + rows[2].response_ids
     for seg in chain.segments:
         r = rows[seg.row]
-        assert chain.ids[seg.start:seg.start + seg.length] == r.response_ids
-        assert chain.ids[:seg.start] == r.prompt_ids
+        start = seg.read[0] + 1
+        assert seg.read == list(range(start - 1, start - 1 + len(r.response_ids)))
+        assert chain.ids[start:start + seg.length] == r.response_ids
+        assert chain.ids[:start] == r.prompt_ids
     assert all(len({rows[s.row].role for s in p.segments}) == 1 for p in packs)
 
 
@@ -166,7 +172,7 @@ def test_micro_batches_are_sorted_and_single_role():
     rows = chained_rows(700, seed=0)
     for r in rows:
         r.old_logprobs = [0.0] * len(r.response_ids)
-    mbs = micro_batches(pack_rows(rows, pack=False), 2)
+    mbs = micro_batches(pack_rows(rows, "off"), 2)
     for mb in mbs:
         assert len({p.role for p in mb}) == 1
     for role in (Role.ACT, Role.REHEARSE):
@@ -189,13 +195,14 @@ def test_sorted_micro_batches_equal_unsorted(model64, monkeypatch):
         torch.testing.assert_close(g, w, atol=1e-7, rtol=0)
 
 
+@pytest.mark.parametrize("mode", ["chain", "tree"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_response_only_head_equals_full_logits(tiny_model_dir, dtype):
+def test_response_only_head_equals_full_logits(tiny_model_dir, dtype, mode):
     model = load_policy(tiny_model_dir)[0].to(dtype)
     rows = chained_rows(model.config.vocab_size, seed=5)
     for r in rows:
         r.old_logprobs = [0.0] * len(r.response_ids)
-    packs = pack_rows(rows)
+    packs = pack_rows(rows, mode)
     with torch.no_grad():
         fast = packed_logprobs(model, packs, rows, pad_id=0, with_entropy=True)
         full = packed_logprobs(model, packs, rows, pad_id=0, with_entropy=True, full_logits=True)
@@ -223,7 +230,7 @@ def test_bad_rows_are_named():
 
 def test_token_budget_caps_padded_tokens_per_micro_batch(model64):
     rows = with_old_logprobs(model64, chained_rows(model64.config.vocab_size, seed=6), seed=7)
-    packs = pack_rows(rows, pack=False)
+    packs = pack_rows(rows, "off")
     for budget in (1, 30, 60, 10_000):
         mbs = micro_batches(packs, 100, max_tokens=budget)
         assert sorted(id(p) for mb in mbs for p in mb) == sorted(id(p) for p in packs)
@@ -237,3 +244,41 @@ def test_token_budget_caps_padded_tokens_per_micro_batch(model64):
     assert res.loss == pytest.approx(base.loss, abs=1e-9)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-7, rtol=0)
+
+
+def test_prefix_tree_layout_by_hand():
+    def row(prompt, resp, key):
+        return TrainRow(role=Role.ACT, prompt_ids=prompt, response_ids=resp, old_logprobs=[0.0] * len(resp),
+                        temperature=1.0, prompt_index=0, trajectory_key=key, reward=0.0)
+
+    # two trajectories share prompt [1, 2]; the second row of trajectory 0 extends its first
+    rows = [row([1, 2], [3, 4], 0), row([1, 2], [5], 1), row([1, 2, 3, 4, 6], [7], 0)]
+    (tree,) = pack_rows(rows, "tree")
+    # depth-first: 1 2 3 4 6 7 | 5
+    assert tree.ids == [1, 2, 3, 4, 6, 7, 5]
+    assert tree.positions == [0, 1, 2, 3, 4, 5, 2]
+    assert tree.ends == [7, 7, 6, 6, 6, 6, 7]
+    assert [s.read for s in tree.segments] == [[1, 2], [1], [4]]
+    # token 5 (index 6) sees 1, 2 and itself, not the other branch
+    from envace.trainers.packing import _tree_inputs
+
+    _, mask = _tree_inputs([tree], 8, torch.float32, "bool")
+    assert mask[0, 0, 6].tolist() == [True, True, False, False, False, False, True, False]
+    assert mask[0, 0, 5].tolist() == [True] * 6 + [False, False]
+    assert mask[0, 0, 7].tolist() == [False] * 7 + [True]  # padding sees itself only
+
+
+def test_tree_with_eager_attention_uses_an_additive_mask(model64):
+    rows = with_old_logprobs(model64, chained_rows(model64.config.vocab_size, seed=8), seed=9)
+    eager = copy.deepcopy(model64)
+    eager.config._attn_implementation = "eager"
+    assert tree_mask_kind(eager) == "additive"
+    packs = pack_rows(rows, "tree")
+    with torch.no_grad():
+        a = packed_logprobs(eager, packs, rows, pad_id=0)
+        b = packed_logprobs(model64, packs, rows, pad_id=0)
+        c = packed_logprobs(model64, pack_rows(rows, "off"), rows, pad_id=0)
+    torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-7, rtol=0)
+    by_row = {r: c.logprobs[i] for i, r in enumerate(c.rows)}
+    for i, r in enumerate(a.rows):
+        torch.testing.assert_close(a.logprobs[i], by_row[r], atol=1e-7, rtol=0)

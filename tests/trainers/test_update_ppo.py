@@ -79,7 +79,7 @@ def test_one_epoch_one_mini_batch_is_one_on_policy_step(tiny_model_dir, role_row
 
 
 def test_split_mini_batches_balances_tokens_and_never_leaves_one_empty(role_rows):
-    packs = pack_rows(role_rows, pack=False)
+    packs = pack_rows(role_rows, "off")
     for n in (1, 2, 4, len(packs), len(packs) + 3):
         chunks = split_mini_batches(packs, n)
         assert len(chunks) == min(n, len(packs)) and all(chunks)
