@@ -9,11 +9,12 @@ T = 1, top_p = 1, one torch thread, on the project's tiny model built in a temp 
 forced to produce exactly `--new` tokens (end-of-sequence ids disabled) so all do the same work. Arms
 run interleaved (rotating order) `--repeats` times; the medians are compared in the same run.
 
-Times are reported twice: wall clock (the claim) and process CPU time (steadier when other processes share
-the cores; the roof is then measured with the same clock). Roof: the best single-thread float32 matmul rate measured in this run (N x N x N sgemm) and the model's
-FLOPs for the work: 2 x (non-embedding matmul weights) per token processed, 2 x hidden x vocab for every
-position whose logits are computed (each prompt's last token and each decode step), 4 x heads x head_dim
-x context per layer for attention. "% of roof" = (FLOPs / roof) / measured time.
+Times are reported twice: wall clock (the claim) and process CPU time (steadier when other processes
+share the cores; the roof is then measured with the same clock). Roof: the best single-thread float32
+matmul rate measured in this run (N x N x N sgemm). Work: the FLOPs the generation needs (`model_flops`;
+the last layer's attention output, MLP and the output layer only where logits are read; transformers'
+forward, in HFEngine and model.generate, does more than this). "% of roof" = (work / roof) / time; in
+brackets the same with the full-forward count (`forward_flops`, the count issue 13's numbers use).
 """
 
 from __future__ import annotations
@@ -41,15 +42,35 @@ def matmul_roof(n: int = 1024, reps: int = 5, clock=time.perf_counter) -> float:
 
 
 def model_flops(cfg, prompt_lens: list[int], new: int) -> float:
-    h, kvh, hd, hid, inter = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size,
-                              cfg.intermediate_size)
-    per_layer = hid * (h + 2 * kvh) * hd + h * hd * hid + 3 * hid * inter
-    linear = 2 * per_layer * cfg.num_hidden_layers
+    """FLOPs the work needs: every layer's q/k/v projection at every position (the cache needs K/V);
+    attention, o_proj and the MLP at every position except in the last layer, where only the positions
+    whose logits are read need them (each prompt's last token and each decode step), as does the output
+    layer. Attention costs 4 x heads x head_dim per key seen."""
+    h, kvh, hd, hid, inter, n_layers = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+                                        cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers)
+    qkv = 2 * hid * (h + 2 * kvh) * hd
+    rest = 2 * (h * hd * hid + 3 * hid * inter)  # o_proj + gate, up, down
     head = 2 * hid * cfg.vocab_size
+    att = 4 * h * hd
     total = 0.0
     for n in prompt_lens:
-        ctx = sum(range(1, n + 1)) + sum(range(n + 1, n + new))  # keys attended by each processed position
-        total += linear * (n + new - 1) + head * new + 4 * h * hd * ctx * cfg.num_hidden_layers
+        decode_keys = sum(range(n + 1, n + new))  # keys seen by the new - 1 decode steps
+        total += qkv * n_layers * (n + new - 1)
+        total += (n_layers - 1) * (rest * (n + new - 1) + att * (n * (n + 1) // 2 + decode_keys))
+        total += rest * new + att * (n + decode_keys) + head * new
+    return total
+
+
+def forward_flops(cfg, prompt_lens: list[int], new: int) -> float:
+    """The issue's count: the full forward (every layer, every position) for each prompt token and each
+    decode step, the output layer only where logits are read."""
+    h, kvh, hd, hid, inter, n_layers = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+                                        cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers)
+    linear = 2 * (hid * (h + 2 * kvh) * hd + h * hd * hid + 3 * hid * inter) * n_layers
+    total = 0.0
+    for n in prompt_lens:
+        keys = n * (n + 1) // 2 + sum(range(n + 1, n + new))
+        total += linear * (n + new - 1) + 2 * hid * cfg.vocab_size * new + 4 * h * hd * keys * n_layers
     return total
 
 
@@ -132,9 +153,10 @@ def main() -> None:
             times["wall"][name].append(time.perf_counter() - t0)
             times["cpu"][name].append(time.process_time() - c0)
     flops = model_flops(model.config, [len(p) for p in prompts], args.new)
+    full = forward_flops(model.config, [len(p) for p in prompts], args.new)
     print(f"work: {len(prompts)} prompts of {min(map(len, prompts))}-{width} tokens, {args.new} new tokens each "
           f"({n_new} new tokens), {args.threads} thread(s), {args.repeats} interleaved repeats, "
-          f"{flops / 1e9:.2f} GFLOP")
+          f"needed work {flops / 1e9:.2f} GFLOP (full forward, the issue's count: {full / 1e9:.2f} GFLOP)")
     for c in clocks:  # wall time is the claim; CPU time is the steadier measure on a shared machine
         roof = statistics.median(roofs[c])
         print(f"[{c} time] roof {roof:.1f} GFLOP/s float32 matmul (median of per-repeat bests) "
@@ -143,7 +165,8 @@ def main() -> None:
         for name in names:
             med = statistics.median(times[c][name])
             print(f"  {name:15s} median {med * 1e3:7.1f} ms  {n_new / med:8.0f} new tok/s  "
-                  f"{flops / roof / 1e9 / med * 100:5.1f} % of roof  x{base / med:.2f} vs model.generate  "
+                  f"{flops / roof / 1e9 / med * 100:5.1f} % of roof ({full / roof / 1e9 / med * 100:4.1f} % by "
+                  f"full forward)  x{base / med:.2f} vs model.generate  "
                   f"(all: {', '.join(f'{t * 1e3:.0f}' for t in times[c][name])} ms)")
         ratio = statistics.median(times[c]["HFEngine"]) / statistics.median(times[c]["fast engine"])
         print(f"  fast engine vs HFEngine: x{ratio:.2f}")

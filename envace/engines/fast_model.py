@@ -12,8 +12,9 @@ speed at batch decode:
   as (rows*kv_heads, T, head_dim), so a decode step writes one column and reads a slice, never a concat.
 - grouped-query attention reshapes the queries to (kv_heads, group) instead of repeating K/V heads.
 - prefill runs the prompts packed (no padding) through the linear layers, and one causal attention call
-  per chunk over the prompts right-padded to the chunk's longest; only each prompt's last position goes
-  through the output layer.
+  per chunk over the prompts right-padded to the chunk's longest. The last layer needs K/V at every
+  position (for the cache) but its attention output, o_proj, MLP, final norm and output layer only at
+  each prompt's last token, so those run there alone.
 Prompts are right-aligned at column W (the longest prompt); column j < W - len is masked for that row.
 """
 
@@ -191,20 +192,30 @@ class Qwen3Kernel:
         x = self.embed[ids]
         pad_q = torch.zeros(nb * lmax, h, hd, dtype=self.dtype, device=dev)
         pad_kv = torch.zeros(2, nb * lmax, kvh, hd, dtype=self.dtype, device=dev)
+        last = starts + n_tok - 1
         for li, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x, cos, sin)
             cache.k[li].view(cache.rows, kvh, hd, -1)[crow, :, :, ccol] = k
             cache.v[li].view(cache.rows, kvh, -1, hd)[crow, :, ccol, :] = v
+            pad_kv[0, grid], pad_kv[1, grid] = k, v
+            keys = pad_kv[0].view(nb, lmax, kvh, hd).transpose(1, 2)
+            values = pad_kv[1].view(nb, lmax, kvh, hd).transpose(1, 2)
+            if li == len(self.layers) - 1:
+                # the last layer's output is read only at each prompt's last token: attention, o_proj and
+                # the MLP run there alone (its K/V above were still needed for the cache)
+                seen = (torch.arange(lmax, device=dev) < n_tok[:, None])[:, None, None, :]
+                o = F.scaled_dot_product_attention(q[last][:, :, None], keys, values, attn_mask=seen,
+                                                   scale=1.0, enable_gqa=True)
+                return self.logits(self._mlp(layer, torch.addmm(x[last], o.reshape(nb, h * hd), layer.wo_t)))
             # one causal attention over the right-padded prompts: pads sit after every real token, so
             # no real query sees them (pad queries see zeros and are never read)
-            pad_q[grid], pad_kv[0, grid], pad_kv[1, grid] = q, k, v
-            o = F.scaled_dot_product_attention(
-                pad_q.view(nb, lmax, h, hd).transpose(1, 2), pad_kv[0].view(nb, lmax, kvh, hd).transpose(1, 2),
-                pad_kv[1].view(nb, lmax, kvh, hd).transpose(1, 2), is_causal=True, scale=1.0, enable_gqa=True)
+            pad_q[grid] = q
+            o = F.scaled_dot_product_attention(pad_q.view(nb, lmax, h, hd).transpose(1, 2), keys, values,
+                                               is_causal=True, scale=1.0, enable_gqa=True)
             attn = o.transpose(1, 2).reshape(nb * lmax, h * hd)[grid]
             x = torch.addmm(x, attn, layer.wo_t)
             x = self._mlp(layer, x)
-        return self.logits(x[starts + n_tok - 1])
+        raise AssertionError("unreachable: the last layer returns")
 
     # ----- decode ---------------------------------------------------------------------------------
 
