@@ -75,11 +75,14 @@ def test_an_exception_through_the_trainers_finally_ends_both_runs(tmp_path, exc,
 def test_a_refused_store_connection_leaves_no_running_mlflow_run(tmp_path):
     with socket_port() as port:  # a port nobody listens on: the connection is refused
         cfg = _cfg(tmp_path, store_url=f"postgresql+psycopg://u:pw@127.0.0.1:{port}/db")
-        with pytest.raises(Exception, match="(?i)connect|refused"):
+        with pytest.raises(Exception, match="(?i)connect|refused") as err:
             RunTracker(cfg)
+    # `err` keeps the traceback (and so the half-built tracker) alive, as a CLI printing the error does:
+    # the run must be ended by the tracker itself, not by the garbage collector finalising its generator
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     [run] = client.search_runs([client.get_experiment_by_name("envace").experiment_id])
     assert run.info.status == "FAILED"
+    assert err.value is not None
 
 
 class socket_port:
