@@ -13,11 +13,18 @@ def settings() -> Settings:
 
 
 def require_store(s: Settings) -> str:
-    """The store location, or stop the page: a missing SQLite file is reported, never created."""
+    """The store location, or stop the page: a missing SQLite file is reported, never created; a store
+    that cannot be opened (bad URL, database down, missing driver) is one line without a traceback."""
     path = store_path(s.store)
     if path is not None and not path.is_file():
         st.error(f"Trajectory store {path} does not exist. Start the dashboard with --store pointing at a run's "
                  f"store.db (e.g. runs/demo/store.db after `envace demo`) or a database URL.")
+        st.stop()
+    from dashboard.store_data import store_problem
+
+    problem = store_problem(s.store)
+    if problem is not None:
+        st.error(problem)
         st.stop()
     return s.store
 

@@ -31,6 +31,24 @@ def _engine(store: str) -> Engine:
     return make_engine(store, read_only=True)
 
 
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def store_problem(store: str) -> str | None:
+    """None when the store answers a trivial query, else one line for the page: the error class and its
+    first line, the URL's password masked, never a traceback (which would show server paths)."""
+    from envace.secrets import mask_text
+
+    try:
+        with _engine(store).connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - any failure here means "cannot open", shown as one line
+        orig = getattr(exc, "orig", None) or exc
+        first = (str(orig).strip().splitlines() or [""])[0]
+        return mask_text(f"Cannot open the trajectory store {store}: {type(orig).__name__}: {first}. Start the "
+                         f"database or restart the dashboard with --store pointing at a store.db or a working "
+                         f"database URL.")
+    return None
+
+
 @contextmanager
 def session(store: str) -> Iterator[Session]:
     """A read-only session (SQLite opened `mode=ro`; PostgreSQL in read-only transactions)."""

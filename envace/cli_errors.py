@@ -55,8 +55,10 @@ def click_classes(name: str) -> tuple[type, ...]:
 
 
 def mask_urls(text: str) -> str:
-    """`scheme://user:secret@host` -> `scheme://user:***@host`."""
-    return _URL_PASSWORD.sub(r"\1***@", text)
+    """`scheme://user:secret@host` -> `scheme://user:***@host` (and secret query values, envace.secrets)."""
+    from envace.secrets import mask_text
+
+    return mask_text(_URL_PASSWORD.sub(r"\1***@", text))
 
 
 def _one_line(text: str) -> str:

@@ -17,6 +17,7 @@ from dashboard.tts_render import render_tts
 from envace.store.models import TrajectoryMode
 from envace.types import Role, TerminationReason
 
+MAX_TRAJ_ID = 2**53 - 1  # the largest id a browser number field holds exactly (store ids are far below)
 SORTS = {"step ↑": "step", "step ↓": "-step", "reward ↑": "reward", "reward ↓": "-reward",
          "generations ↓": "-n_turns", "id ↑": "id"}
 PAGE_SIZES = [25, 50, 100, 200]
@@ -87,8 +88,12 @@ else:
 
 if "open_id" not in st.session_state:
     traj_qp = qp.get("traj", "")
-    st.session_state.open_id = int(traj_qp) if traj_qp.isdigit() else (page_ids[0] if page_ids else 1)
-open_id = st.number_input("Open trajectory #", min_value=1, step=1, key="open_id",
+    fallback = page_ids[0] if page_ids else 1
+    if traj_qp and not (traj_qp.isascii() and traj_qp.isdigit() and 1 <= int(traj_qp) <= MAX_TRAJ_ID):
+        st.warning(f"?traj={traj_qp[:40]} is not a trajectory id (1 to {MAX_TRAJ_ID}); showing #{fallback}.")
+        traj_qp = ""
+    st.session_state.open_id = int(traj_qp) if traj_qp else fallback
+open_id = st.number_input("Open trajectory #", min_value=1, max_value=MAX_TRAJ_ID, step=1, key="open_id",
                           help="Select a row above, or type any trajectory id")
 st.query_params.update({"run": run_id, "traj": str(int(open_id))})
 st.divider()
