@@ -6,7 +6,9 @@ validates the call's format, name and arguments before writing a result, and ans
 `<execution_result>` block); no text is copied. Two styles:
 - `full`: the five numbered rules spelled out, for real (instruction-following) models;
 - `compact`: the same rules in two short lines, for the ~0.5 M-parameter embedded model, where every
-  prompt token costs rollout time and the model learns the format from SFT rather than from prose.
+  prompt token costs rollout time and the model learns the format from SFT rather than from prose;
+- `history` (the embedded default): the compact lines, told to stay consistent with the conversation
+  history that this style's user message carries (the paper's ô_t ~ π(·|h_t, a_t, Rehearse)).
 Departure: the reference appends a `/think` switch to the user message; thinking is left to the chat
 template's `enable_thinking` flag here instead.
 """
@@ -17,8 +19,8 @@ from typing import Literal
 
 from envace.types import ErrorCode
 
-Style = Literal["full", "compact"]
-STYLES: tuple[str, ...] = ("full", "compact")
+Style = Literal["full", "compact", "history"]
+STYLES: tuple[str, ...] = ("full", "compact", "history")
 
 RESULT_OPEN, RESULT_CLOSE = "<execution_result>", "</execution_result>"
 
@@ -61,11 +63,18 @@ COMPACT_SYSTEM_PROMPT = (
     f"Else reuse the few-shot results. Reply only {RESULT_OPEN} JSON {RESULT_CLOSE}"
 )
 
-_PROMPTS: dict[str, str] = {"full": FULL_SYSTEM_PROMPT, "compact": COMPACT_SYSTEM_PROMPT}
+HISTORY_SYSTEM_PROMPT = (
+    f"Simulate the tool. Errors: {_FMT}, {_NAME}, {_PARAMS} "
+    'as {"error_tool_call":{"code","message"}}.\n'
+    f"Else reuse the few-shot results, consistent with the history. Reply only {RESULT_OPEN} JSON {RESULT_CLOSE}"
+)
+
+_PROMPTS: dict[str, str] = {"full": FULL_SYSTEM_PROMPT, "history": HISTORY_SYSTEM_PROMPT,
+                            "compact": COMPACT_SYSTEM_PROMPT}
 
 
 def simulator_system_prompt(style: str = "full") -> str:
-    """The Rehearse system prompt of the given style ("full" | "compact")."""
+    """The Rehearse system prompt of the given style ("full" | "history" | "compact")."""
     try:
         return _PROMPTS[style]
     except KeyError:

@@ -3,8 +3,9 @@
 As in the reference code, Rehearse is a *separate chat*, not a continuation of the Act context: a
 simulator system prompt (envace.roles.prompts) and one user message whose sections are the sample's
 candidate tools, few-shot (name, arguments, response) triples from the task's reference conversation,
-the conversation transcript, the raw latest Act output and the one call to simulate (the `compact`
-style for the tiny model keeps only the same-tool few-shot and the call; see `rehearse_user_prompt`).
+the conversation transcript, the raw latest Act output and the one call to simulate (the `history`
+style for the tiny model keeps the same-tool few-shot, the transcript and the call; `compact` drops the
+transcript too; see `rehearse_user_prompt`).
 One Rehearse generation per tool call.
 
 Output parsing is strict and never raises: after a leading `<think>` section, the text must be exactly one
@@ -92,13 +93,14 @@ def rehearse_user_prompt(task: Task, history: list[Message], latest_act_text: st
 
     `full`: the reference's five sections (whitelist, few-shot, transcript, latest Act output, current
     call), schemas as JSON, joined by blank lines.
-    `compact` (the tiny embedded model): two sections only — the few-shot triples of the SAME tool
-    (the "similar" results the simulator is told to reuse) and the current call with its one-line
-    signature (or `<unavailable>` for an unlisted tool). Departure from the reference: the whitelist,
-    the transcript and the latest Act output are left out; in the tool world they add ~60 % of the
-    prompt tokens and nothing a response depends on that the same-tool few-shot does not already hold.
+    `history` (the embedded default): the paper's ô_t ~ π(·|h_t, a_t, Rehearse) at tiny-model size —
+    the few-shot triples of the SAME tool, the conversation transcript h_t, and the current call a_t
+    with its one-line signature. Departure from the reference: the whitelist and the raw latest Act
+    output are left out (the call is shown; the whitelist costs most of the `full` prompt's tokens).
+    `compact` (an ablation): the `history` sections without the transcript — the few-shot of the same
+    tool and the call only; in the tool world a response rarely depends on anything else.
     """
-    compact = style == "compact"
+    compact = style in ("compact", "history")
     render = render_signature if compact else _json_line
     triples = few_shot_triples(task) if few_shot else []
     if compact:
@@ -110,8 +112,10 @@ def rehearse_user_prompt(task: Task, history: list[Message], latest_act_text: st
         f"schema: {render(schema) if schema is not None else UNAVAILABLE}",
         f"arguments: {_json_line(call.arguments)}",
     ])
-    if compact:
+    if style == "compact":
         sections = [(SEC_FEW_SHOT, shots), (SEC_CURRENT, current)]
+    elif style == "history":
+        sections = [(SEC_FEW_SHOT, shots), (SEC_HISTORY, transcript(history) or UNAVAILABLE), (SEC_CURRENT, current)]
     else:
         tools = "\n".join(render(t) for t in task.tools)
         sections = [

@@ -10,8 +10,11 @@ Then each episode's handler for its phase returns the next phase (see envace.rol
 Rules (EnvACE reference, with the departures noted):
 - An Act output without a call answers the current user turn: the next user turn is replayed from the
   task if the turn gate allows, else the episode ends (FINAL_REPLY / REQUIRED_CHECK_FAILED).
-- A malformed Act output (any parse or schema error) becomes an error tool message; with a simulated
-  world the episode ends (INVALID_TOOL_CALL), in env mode the policy may retry.
+- A malformed Act output (any parse or schema error) becomes an error tool message; then the policy may
+  retry (`cfg.invalid_call="observe"`) or the episode ends INVALID_TOOL_CALL (`"end"`), in every mode
+  alike. Unset (None), the reference's rule applies: env mode observes, a simulated world ends.
+  `envace train` sets "observe" unless told otherwise, so the EnvACE and real-environment arms of a
+  comparison treat malformed calls the same way.
 - A rehearsed error (unparseable output or an `error_tool_call` result) ends the episode (REHEARSE_ERROR).
 - Limits are checked before generating: Act generations (MAX_TURNS), prompt + max_new_tokens
   (CONTEXT_LIMIT; the reference left-truncates instead, we stop so no row ever sees a cut prompt), and
@@ -199,7 +202,8 @@ def handle_act(run: _Run, st: EpisodeState, req: GenRequest, res: GenResult) -> 
         source = Role.ENV if run.mode is Mode.ENV else Role.REHEARSE
         st.add_observation(None, Observation(content=None, source=source, error=parsed.error,
                                              detail=parsed.detail))
-        if run.mode is Mode.ENV:
+        rule = run.cfg.invalid_call or ("observe" if run.mode is Mode.ENV else "end")  # None: reference rule
+        if rule == "observe":
             return Phase.ACT
         return st.finish(TerminationReason.INVALID_TOOL_CALL)
     if st.calls_this_turn + len(parsed.calls) > run.cfg.max_calls_per_turn:
