@@ -73,4 +73,5 @@ def sigterm_raises() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if threading.current_thread() is threading.main_thread():  # signal.signal fails off the main thread
+            signal.signal(signal.SIGTERM, previous)

@@ -351,7 +351,14 @@ def start_run(tracking_uri: str | Path | None, experiment: str, run_name: str,
             handle.set_tags(all_tags)
             yield handle
         except BaseException as exc:
-            client.set_terminated(handle.run_id, outcome_of(exc).value)
+            outcome = outcome_of(exc)
+            if outcome is RunOutcome.FAILED:  # why, in the run itself (masked: messages can quote URLs)
+                try:
+                    client.set_tag(handle.run_id, "envace.error",
+                                   mask_text(f"{type(exc).__name__}: {exc}")[:MAX_TAG_VAL_LENGTH])
+                except Exception:  # noqa: BLE001 - the tracking store may be what failed; the status matters more
+                    pass
+            client.set_terminated(handle.run_id, outcome.value)
             raise
         client.set_terminated(handle.run_id, (handle.outcome or RunOutcome.FINISHED).value)
 
