@@ -166,6 +166,11 @@ class RolloutConfig(BaseConfig):
     max_calls_per_turn: int = Field(6, ge=1, description="Tool calls per user turn before MAX_CALLS.")
     max_context_tokens: int = Field(1024, ge=32, description="Prompt + response limit before CONTEXT_LIMIT.")
     few_shot: bool = Field(True, description="Show the task's reference (call, response) pairs to Rehearse.")
-    rehearse_style: Literal["compact", "full"] = Field(
-        "compact", description="Rehearse system prompt: compact (tiny model) or full (real models).")
+    rehearse_style: Literal["history", "compact", "full"] = Field(
+        "history", description="Rehearse prompt: history (default; same-tool few-shot + transcript h_t + call a_t, as "
+                               "the paper's π(·|h_t,a_t)), compact (ablation: no transcript) or full (real models).")
+    invalid_call: Literal["observe", "end"] | None = Field(
+        None, description="A malformed Act call: observe = an error tool message, Act may retry; end = the episode "
+                          "ends INVALID_TOOL_CALL. None = the reference's per-mode rule (env observes, rehearse and "
+                          "simulator end); `envace train` resolves None to observe so every arm treats it alike.")
     simulator_model: str | None = Field(None, description="Model dir of the frozen simulator (mode=simulator).")

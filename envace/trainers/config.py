@@ -133,6 +133,8 @@ class TrainConfig(BaseConfig):
         if self.reward == "env_state" and self.rollout.mode == "rehearse":
             raise ConfigError("reward='env_state' reads a real environment, which rehearse mode never touches; "
                               "use reward=checklist_rule (or rollout.mode=env)")
+        if self.rollout.invalid_call is None:  # one rule for every arm (the reference's differs by mode)
+            self.rollout.invalid_call = "observe"
         if self.shadow_monitor and (self.data.source != "world" or self.rollout.mode == "env"):
             raise ConfigError(f"shadow_monitor=true replays calls in the built-in world, but data.source="
                               f"{self.data.source!r}, rollout.mode={self.rollout.mode!r}; it needs data.source=world "
@@ -163,7 +165,8 @@ class SFTConfig(BaseConfig):
     warmup_steps: int = Field(30, ge=0, description="Linear warm-up steps.")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
     few_shot: bool = Field(True, description="Rehearse samples include the task's reference (call, response) pairs.")
-    rehearse_style: Literal["compact", "full"] = Field("compact", description="Rehearse system prompt style.")
+    rehearse_style: Literal["history", "compact", "full"] = Field(
+        "history", description="Rehearse prompt style; match the RL run's rollout.rehearse_style.")
     max_len: int = Field(1024, ge=32, description="Drop samples longer than this (tokens).")
     seed: int = Field(0, description="Seed.")
     device: str | None = Field(None, description="cpu | cuda | None (auto).")

@@ -10,7 +10,7 @@ RULE_MARKERS = ["INVALID_TOOL_CALL_FORMAT", "TOOL_NOT_AVAILABLE", "INVALID_PARAM
                 "<execution_result>", "</execution_result>", "few-shot"]
 
 
-@pytest.mark.parametrize("style", ["full", "compact"])
+@pytest.mark.parametrize("style", ["full", "compact", "history"])
 def test_every_style_states_the_rules(style):
     text = simulator_system_prompt(style)
     for marker in RULE_MARKERS:

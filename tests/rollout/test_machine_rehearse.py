@@ -114,8 +114,11 @@ def test_a_rehearsed_error_ends_the_episode(tokenizer, tasks, kit, rehearse_text
 
 
 def test_a_malformed_act_call_ends_a_rehearsed_episode(tokenizer, tasks, kit):
+    """The reference rule (invalid_call unset) and invalid_call="end"."""
     bad = kit.call_text("add_stock", item="apple", qty="three")
     engine = kit.ScriptedEngine(tokenizer, act=[bad], rehearse=None)  # Rehearse must never be asked
+    ended = run_rollout(tasks[:1], k=1, policy=engine, cfg=_cfg(invalid_call="end"), mode=Mode.REHEARSE)
+    assert ended[0].termination is TerminationReason.INVALID_TOOL_CALL
     (traj,) = run_rollout(tasks[:1], k=1, policy=engine, cfg=_cfg(), mode=Mode.REHEARSE)
     assert traj.termination is TerminationReason.INVALID_TOOL_CALL
     (act,) = traj.turns
@@ -123,6 +126,20 @@ def test_a_malformed_act_call_ends_a_rehearsed_episode(tokenizer, tasks, kit):
     assert traj.messages[-2] == Message("assistant", bad)
     err = json.loads(traj.messages[-1].content)["error_tool_call"]
     assert err["code"] == "INVALID_PARAMETERS" and "qty" in err["message"]
+
+
+@pytest.mark.parametrize("mode", [Mode.REHEARSE, Mode.ENV])
+def test_a_malformed_act_call_is_an_error_observation_in_every_mode_with_observe(tokenizer, tasks, kit, mode):
+    """invalid_call="observe" (what `envace train` uses): the parser's error message, then Act tries again,
+    alike in rehearse and env mode; Rehearse and the world never see the malformed call."""
+    bad = kit.call_text("add_stock", item="apple", qty="three")
+    engine = kit.ScriptedEngine(tokenizer, act=[bad, "done"], rehearse=None)
+    factory = kit.CountingFactory(kit.ForbiddenEnv if mode is Mode.REHEARSE else kit.ShopEnv)
+    (traj,) = run_rollout(tasks[:1], k=1, policy=engine, cfg=_cfg(invalid_call="observe"), mode=mode,
+                          env_factory=factory)
+    assert [t.role for t in traj.turns][:2] == [A, A] and traj.env_calls == 0
+    assert json.loads(traj.messages[3].content)["error_tool_call"]["code"] == "INVALID_PARAMETERS"
+    assert traj.messages[4] == Message("assistant", "done")
 
 
 def test_simulator_mode_uses_the_frozen_engine(tokenizer, tasks, kit, happy_act):

@@ -1,0 +1,55 @@
+"""Faithful defaults (issue 12, item 5): the Rehearse prompt carries the history h_t by default (the
+`history` style: same-tool few-shot, the transcript, the call), `compact` stays an ablation; SFT
+writes the same prompts as the RL rollout; a malformed Act call is handled by one rule in every arm."""
+
+from __future__ import annotations
+
+from envace.config import RolloutConfig
+from envace.roles.prompts import HISTORY_SYSTEM_PROMPT
+from envace.roles.rehearse import rehearse_messages
+from envace.trainers.config import SFTConfig, TrainConfig
+from envace.types import ToolCall
+from envace.worlds.generator import generate_tasks
+
+
+def test_history_style_by_hand():
+    task = generate_tasks(6, "train", 3)[5]  # ann's account, then "Move 5 from it to a6."
+    call = ToolCall("transfer", {"amount": 5, "dst": "a6", "src": "a2"})
+    history = task.messages[:6]  # system, user, find_account call, its result, the reply, the 2nd user turn
+    system, user = rehearse_messages(task, history, "ignored", call, few_shot=True, style="history")
+    assert system["content"] == HISTORY_SYSTEM_PROMPT
+    assert user["content"] == "\n".join([
+        "Previous tool calls and results (few-shot):",
+        '{"arguments": {"amount": 5, "dst": "a6", "src": "a2"}, "name": "transfer", "response": '
+        '{"amount": 5, "dst": "a6", "ok": true, "src": "a2"}}',
+        "",
+        "Current conversation history:",
+        "User: Which account is the one of ann?",
+        "Assistant: <tool_call>",
+        '{"name": "find_account", "arguments": {"owner": "ann"}}',
+        "</tool_call>",
+        'Tool[find_account]: {"account": "a2", "owner": "ann"}',
+        "Assistant: ann: a2",
+        "User: Move 5 from it to a6.",
+        "",
+        "Current tool to simulate:",
+        "name: transfer",
+        "schema: transfer(src: string, dst: string, amount: integer) - Move money from one account to another.",
+        'arguments: {"amount": 5, "dst": "a6", "src": "a2"}',
+    ])
+    compact = rehearse_messages(task, history, "ignored", call, few_shot=True, style="compact")[1]["content"]
+    assert "Current conversation history:" not in compact and "ann" not in compact
+
+
+def test_defaults_carry_history_and_match_between_sft_and_rl():
+    assert RolloutConfig().rehearse_style == "history"
+    assert TrainConfig.model_validate({"model": "m"}).rollout.rehearse_style == "history"
+    assert SFTConfig(model="m").rehearse_style == "history"
+
+
+def test_training_arms_handle_malformed_calls_alike():
+    for mode in ("rehearse", "env"):
+        assert TrainConfig.model_validate({"model": "m", "rollout": {"mode": mode}}).rollout.invalid_call == "observe"
+        cfg = TrainConfig.model_validate({"model": "m", "rollout": {"mode": mode, "invalid_call": "end"}})
+        assert cfg.rollout.invalid_call == "end"
+    assert RolloutConfig().invalid_call is None  # outside training: the reference's per-mode rule
