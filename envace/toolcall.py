@@ -5,21 +5,30 @@ optionally after a `<think>...</think>` section. Model output is untrusted: `par
 raises; every failure is a classified `ErrorCode`. Like the reference parser, one malformed block makes
 the whole message an error (a partial execution of a half-valid message would be silently lossy).
 `parameters` is accepted as an alias of `arguments` (some Hermes fine-tunes emit it).
+Text goes through envace.untrusted first (lone surrogates -> U+FFFD, size limit) and the JSON is strict
+(`loads_strict`: no NaN / 1e400, no `\\ud83d` lone-surrogate escapes, bounded depth). Tags are found by
+`str.find` scans, linear in the text (a lazy `<tool_call>(.*?)</tool_call>` regex is quadratic on
+repeated openers).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from envace.types import ErrorCode, ToolCall
+from envace.untrusted import MAX_TOOL_CALLS, StrictJSONError, clean_text, loads_strict, short, too_long
 
-THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
-CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+# Chat end-of-turn markers an engine may leave at the end of decoded text; they are never content.
+END_MARKERS: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
+# Trailing whitespace and end markers, matched on the REVERSED text from its start: one anchored match,
+# linear (stripping them one at a time from the end copies the string each time: quadratic). Possessive
+# quantifiers (Python >= 3.11): nothing follows the loop, so no backtracking state is kept.
+_TRAILING_REVERSED = re.compile("(?:\\s++|" + "|".join(re.escape(m[::-1]) for m in END_MARKERS) + ")*+")
 
 
 @dataclass
@@ -36,30 +45,60 @@ class ParsedAct:
         return self.error is ErrorCode.NO_TOOL_CALL
 
 
+def strip_end_markers(text: str) -> str:
+    """Drop trailing end-of-turn markers and the whitespace around them from decoded model text."""
+    cut = _TRAILING_REVERSED.match(text[::-1]).end()  # type: ignore[union-attr]  # `*` always matches
+    return text[: len(text) - cut]
+
+
 def strip_think(text: str) -> str:
-    text = THINK_RE.sub("", text)
-    # an unterminated <think> hides everything after it
-    if "<think>" in text:
-        text = text.split("<think>", 1)[0]
-    return text.replace("</think>", "")
+    """The text outside `<think>...</think>` sections (each opener closes at the first closer after it);
+    an unterminated `<think>` hides everything after it; stray closers are dropped. Linear."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(THINK_OPEN, pos)
+        if start < 0:
+            out.append(text[pos:])
+            break
+        out.append(text[pos:start])
+        end = text.find(THINK_CLOSE, start + len(THINK_OPEN))
+        if end < 0:  # unterminated: the rest is hidden reasoning
+            break
+        pos = end + len(THINK_CLOSE)
+    visible = "".join(out)
+    cut = visible.find(THINK_OPEN)  # an opener formed by joining the pieces ("<thi" + "nk>") also hides the rest
+    return (visible if cut < 0 else visible[:cut]).replace(THINK_CLOSE, "")
 
 
-def _is_json_clean(value: Any) -> bool:
-    """True if value survives a strict JSON round trip (no NaN / inf, string keys only)."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_json_clean(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_is_json_clean(v) for v in value)
-    return value is None or isinstance(value, (str, int, bool))
+def split_blocks(text: str) -> tuple[list[str], str]:
+    """(inner texts of the `<tool_call>` ... `</tool_call>` blocks, the text outside them), pairing each
+    opener with the first closer after it, left to right (what a lazy regex does, in linear time). An
+    opener without a closer stays in the outside text."""
+    blocks: list[str] = []
+    outside: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(OPEN_TAG, pos)
+        if start < 0:
+            break
+        end = text.find(CLOSE_TAG, start + len(OPEN_TAG))
+        if end < 0:
+            break
+        outside.append(text[pos:start])
+        blocks.append(text[start + len(OPEN_TAG):end])
+        pos = end + len(CLOSE_TAG)
+    outside.append(text[pos:])
+    return blocks, "".join(outside)
 
 
 def _parse_block(raw: str, allowed: set[str] | None) -> ToolCall | tuple[ErrorCode, str]:
     try:
-        obj = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
-        return ErrorCode.JSON_DECODE, f"tool call is not valid JSON: {exc}"
+        obj = loads_strict(raw)
+    except StrictJSONError as exc:
+        if exc.syntax:
+            return ErrorCode.JSON_DECODE, short(f"tool call is not valid JSON: {exc}")
+        return ErrorCode.NON_SERIALIZABLE_ARGUMENTS, short(f"tool call is not strict JSON: {exc}")
     if not isinstance(obj, dict):
         return ErrorCode.JSON_DECODE, f"tool call must be a JSON object, got {type(obj).__name__}"
     name = obj.get("name")
@@ -70,38 +109,43 @@ def _parse_block(raw: str, allowed: set[str] | None) -> ToolCall | tuple[ErrorCo
     elif "parameters" in obj:
         args = obj["parameters"]
     else:
-        return ErrorCode.MISSING_ARGUMENTS, f"tool call {name!r} has no 'arguments'"
+        return ErrorCode.MISSING_ARGUMENTS, short(f"tool call {name!r} has no 'arguments'")
     if isinstance(args, str):  # OpenAI style: arguments as a JSON string
         try:
-            args = json.loads(args) if args.strip() else {}
-        except (json.JSONDecodeError, RecursionError, ValueError):
-            return ErrorCode.JSON_DECODE, f"arguments of {name!r} are a string that is not JSON"
+            args = loads_strict(args) if args.strip() else {}
+        except StrictJSONError as exc:
+            code = ErrorCode.JSON_DECODE if exc.syntax else ErrorCode.NON_SERIALIZABLE_ARGUMENTS
+            return code, short(f"arguments of {name!r} are a string that is not strict JSON: {exc}")
     if not isinstance(args, dict):
-        return ErrorCode.MISSING_ARGUMENTS, f"arguments of {name!r} must be an object"
-    if not _is_json_clean(args):
-        return ErrorCode.NON_SERIALIZABLE_ARGUMENTS, f"arguments of {name!r} hold NaN/inf"
+        return ErrorCode.MISSING_ARGUMENTS, short(f"arguments of {name!r} must be an object")
     if allowed is not None and name not in allowed:
-        return ErrorCode.UNKNOWN_TOOL, f"tool {name!r} is not one of {sorted(allowed)}"
+        return ErrorCode.UNKNOWN_TOOL, short(f"tool {name!r} is not one of {sorted(allowed)}")
     return ToolCall(name=name, arguments=args)
 
 
 def parse_tool_calls(text: str, tool_names: list[str] | set[str] | None = None) -> ParsedAct:
-    """Parse every `<tool_call>` block of an Act output. Never raises.
+    """Parse every `<tool_call>` block of an Act output. Never raises; linear in the text.
 
     With `tool_names` given, a call to any other tool is classified UNKNOWN_TOOL.
     A message without any block is a final reply (error NO_TOOL_CALL, content = the reply).
     """
     try:
-        visible = strip_think(text if isinstance(text, str) else str(text))
+        text = text if isinstance(text, str) else str(text)
+        over = too_long(text)
+        if over is not None:
+            return ParsedAct(error=ErrorCode.OUTPUT_TOO_LONG, detail=over)
+        visible = strip_think(clean_text(text))
         allowed = set(tool_names) if tool_names is not None else None
-        blocks = CALL_RE.findall(visible)
-        content = CALL_RE.sub("", visible).strip()
-        leftover = CALL_RE.sub("", visible)
+        blocks, leftover = split_blocks(visible)
+        content = leftover.strip()
         if OPEN_TAG in leftover or CLOSE_TAG in leftover:
             return ParsedAct(content=content, error=ErrorCode.INVALID_TOOL_CALL_FORMAT,
                              detail="unbalanced <tool_call> tags")
         if not blocks:
             return ParsedAct(content=content, error=ErrorCode.NO_TOOL_CALL, detail="no tool call")
+        if len(blocks) > MAX_TOOL_CALLS:  # bounds the per-call work; no rollout allows this many anyway
+            return ParsedAct(content=content, error=ErrorCode.INVALID_TOOL_CALL_FORMAT,
+                             detail=f"{len(blocks)} tool calls in one output, over the limit of {MAX_TOOL_CALLS}")
         calls: list[ToolCall] = []
         for raw in blocks:
             if OPEN_TAG in raw:
@@ -113,7 +157,7 @@ def parse_tool_calls(text: str, tool_names: list[str] | set[str] | None = None) 
             calls.append(parsed)
         return ParsedAct(calls=calls, content=content)
     except Exception as exc:  # pragma: no cover - belt and braces: model output must never crash us
-        return ParsedAct(error=ErrorCode.INVALID_TOOL_CALL_FORMAT, detail=f"parser failure: {exc!r}")
+        return ParsedAct(error=ErrorCode.INVALID_TOOL_CALL_FORMAT, detail=short(f"parser failure: {exc!r}"))
 
 
 def render_tool_call(call: ToolCall) -> str:

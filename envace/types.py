@@ -62,6 +62,8 @@ class ErrorCode(str, Enum):
     RESULT_JSON_DECODE = "SIMULATOR_JSON_DECODE_ERROR"
     RESULT_EMPTY = "SIMULATOR_EMPTY_RESULT"
     REHEARSED_ERROR = "REHEARSED_ERROR"  # the simulator itself answered with error_tool_call
+    # Either role: over envace.untrusted.MAX_OUTPUT_CHARS, classified without being scanned
+    OUTPUT_TOO_LONG = "OUTPUT_TOO_LONG"
     # Real environment
     TOOL_ERROR = "TOOL_ERROR"  # the tool raised (e.g. unknown item); an ordinary observation
 

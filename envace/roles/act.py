@@ -19,24 +19,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from envace.toolcall import ParsedAct, check_arguments, parse_tool_calls, strip_think
+from envace.toolcall import END_MARKERS, ParsedAct, check_arguments, parse_tool_calls, strip_end_markers, strip_think
 from envace.types import ErrorCode, Message
+from envace.untrusted import clean_text, short
 
-# Chat end-of-turn markers an engine may leave at the end of decoded text; they are never content.
-END_MARKERS: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
-
-
-def strip_end_markers(text: str) -> str:
-    """Drop trailing end-of-turn markers (and the whitespace around them) from decoded model text."""
-    out = text.rstrip()
-    changed = True
-    while changed:
-        changed = False
-        for marker in END_MARKERS:
-            if out.endswith(marker):
-                out = out[: -len(marker)].rstrip()
-                changed = True
-    return out
+__all__ = ["END_MARKERS", "act_prompt_ids", "assistant_message", "chat_ids", "is_malformed", "parse_act",
+           "strip_end_markers", "tool_names"]
 
 
 def chat_ids(tokenizer: Any, conversation: list[dict[str, Any]], *, tools: list[dict] | None = None,
@@ -86,7 +74,7 @@ def parse_act(text: str, tools: list[dict[str, Any]]) -> ParsedAct:
             problem = (ErrorCode.INVALID_PARAMETERS, f"could not check arguments of {call.name!r}: {exc!r}")
         if problem is not None:
             return ParsedAct(calls=parsed.calls, content=parsed.content, error=problem[0],
-                             detail=f"{call.name}: {problem[1]}")
+                             detail=short(f"{call.name}: {problem[1]}"))
     return parsed
 
 
@@ -101,7 +89,7 @@ def assistant_message(parsed: ParsedAct, raw_text: str | None = None) -> Message
     Valid output → parsed content + parsed calls (the template re-renders the calls canonically).
     Malformed output → its visible raw text (think stripped) and no calls, when `raw_text` is given.
     """
-    if is_malformed(parsed) and raw_text is not None:
-        return Message(role="assistant", content=strip_end_markers(strip_think(raw_text)).strip())
+    if is_malformed(parsed) and raw_text is not None:  # raw model text: sanitised before any tokenizer sees it
+        return Message(role="assistant", content=strip_end_markers(strip_think(clean_text(raw_text))).strip())
     calls = [] if is_malformed(parsed) else list(parsed.calls)
     return Message(role="assistant", content=parsed.content, tool_calls=calls)

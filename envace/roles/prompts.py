@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+from envace.execution_result import RESULT_CLOSE, RESULT_OPEN  # noqa: F401  # defined with their parser
 from envace.types import ErrorCode
 
 Style = Literal["full", "compact", "history"]
 STYLES: tuple[str, ...] = ("full", "compact", "history")
-
-RESULT_OPEN, RESULT_CLOSE = "<execution_result>", "</execution_result>"
 
 # Section headers of the Rehearse user message, in order.
 SEC_TOOLS = "Candidate tools (whitelist for this sample):"

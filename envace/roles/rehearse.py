@@ -8,11 +8,8 @@ style for the tiny model keeps the same-tool few-shot, the transcript and the ca
 transcript too; see `rehearse_user_prompt`).
 One Rehearse generation per tool call.
 
-Output parsing is strict and never raises: after a leading `<think>` section, the text must be exactly one
-`<execution_result>` … `</execution_result>` block (surrounding whitespace and a trailing end-of-turn
-marker are tolerated) holding a non-empty JSON object or a JSON array. Departures from the reference:
-non-finite numbers (NaN / Infinity) are rejected as a decode error, so every accepted result is strict
-JSON; a JSON scalar is classified as a decode error (wrong shape), `{}` / `null` as empty.
+Output parsing (`parse_execution_result`, `render_execution_result`) is the one strict parser of the
+format in envace.execution_result, re-exported here; its docstring lists the rules and departures.
 """
 
 from __future__ import annotations
@@ -20,10 +17,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from envace.roles.act import chat_ids, strip_end_markers
+from envace.execution_result import ERROR_KEY, parse_execution_result, render_execution_result
+from envace.roles.act import chat_ids
 from envace.roles.prompts import (
-    RESULT_CLOSE,
-    RESULT_OPEN,
     SEC_CURRENT,
     SEC_FEW_SHOT,
     SEC_HISTORY,
@@ -33,10 +29,10 @@ from envace.roles.prompts import (
     simulator_system_prompt,
 )
 from envace.toolcall import render_signature, render_tool_call, schema_of
-from envace.types import ErrorCode, Message, Observation, Role, Task, ToolCall
+from envace.types import Message, Task, ToolCall
 
-ERROR_KEY = "error_tool_call"
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+__all__ = ["ERROR_KEY", "few_shot_triples", "parse_execution_result", "rehearse_messages", "rehearse_prompt_ids",
+           "rehearse_user_prompt", "render_execution_result", "transcript"]
 
 
 def _json_line(value: Any) -> str:
@@ -141,73 +137,3 @@ def rehearse_messages(task: Task, history: list[Message], latest_act_text: str, 
 def rehearse_prompt_ids(tokenizer: Any, msgs: list[dict[str, Any]], *, enable_thinking: bool = True) -> list[int]:
     """Token ids of the Rehearse chat, with the generation prompt (no tools: the schemas are in the text)."""
     return chat_ids(tokenizer, msgs, enable_thinking=enable_thinking)
-
-
-def render_execution_result(obj: Any) -> str:
-    """The exact Rehearse target text: the SFT writes it, `parse_execution_result` inverts it."""
-    return f"{RESULT_OPEN}\n{json.dumps(obj, sort_keys=True)}\n{RESULT_CLOSE}"
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name} is not JSON")
-
-
-def _error_detail(value: Any) -> str:
-    if isinstance(value, dict):
-        code, msg = value.get("code", ""), value.get("message", "")
-        return f"{code}: {msg}".strip(": ") or "rehearsed error"
-    return f"rehearsed error: {value!r}"[:200]
-
-
-def _rehearsed_error(obj: Any) -> Any:
-    """The error payload when the result is (or, for a list, holds) an `error_tool_call` object."""
-    if isinstance(obj, dict) and ERROR_KEY in obj:
-        return obj[ERROR_KEY]
-    if isinstance(obj, list):
-        for item in obj:
-            if isinstance(item, dict) and ERROR_KEY in item:
-                return item[ERROR_KEY]
-    return None
-
-
-def _strip_leading_think(text: str) -> str:
-    """Drop reasoning written before the result block. Only a leading `<think>` section is removed:
-    the JSON itself may legitimately hold the string "<think>"."""
-    body = text.lstrip()
-    if body.startswith(THINK_OPEN):
-        end = body.find(THINK_CLOSE)
-        return "" if end < 0 else body[end + len(THINK_CLOSE):]
-    return body
-
-
-def _fail(code: ErrorCode, detail: str) -> Observation:
-    return Observation(content=None, source=Role.REHEARSE, error=code, detail=detail)
-
-
-def parse_execution_result(text: str) -> Observation:
-    """Classify one Rehearse output. Never raises; `source` is always Role.REHEARSE."""
-    try:
-        if not isinstance(text, str):
-            return _fail(ErrorCode.NO_EXECUTION_RESULT_TAG, f"output is {type(text).__name__}, not text")
-        body = strip_end_markers(_strip_leading_think(text)).strip()
-        if not body.startswith(RESULT_OPEN) or not body.endswith(RESULT_CLOSE) \
-                or len(body) < len(RESULT_OPEN) + len(RESULT_CLOSE):
-            return _fail(ErrorCode.NO_EXECUTION_RESULT_TAG,
-                         f"output must be exactly {RESULT_OPEN}\\n<JSON>\\n{RESULT_CLOSE}")
-        inner = body[len(RESULT_OPEN): len(body) - len(RESULT_CLOSE)]
-        try:
-            obj = json.loads(inner, parse_constant=_reject_constant)
-        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
-            return _fail(ErrorCode.RESULT_JSON_DECODE, f"result is not valid JSON: {exc}"[:300])
-        if obj is None or obj == {}:
-            return _fail(ErrorCode.RESULT_EMPTY, "result is empty")
-        if not isinstance(obj, (dict, list)):
-            return _fail(ErrorCode.RESULT_JSON_DECODE,
-                         f"result must be a JSON object or array, got {type(obj).__name__}")
-        err = _rehearsed_error(obj)
-        if err is not None:
-            return Observation(content=obj, source=Role.REHEARSE, error=ErrorCode.REHEARSED_ERROR,
-                               detail=_error_detail(err))
-        return Observation(content=obj, source=Role.REHEARSE)
-    except Exception as exc:  # pragma: no cover - model output must never crash a rollout
-        return _fail(ErrorCode.RESULT_JSON_DECODE, f"parser failure: {exc!r}")

@@ -61,6 +61,7 @@ from envace.types import (
     Trajectory,
     Turn,
 )
+from envace.untrusted import clean_observation, clean_text, short
 
 ACT_STOP = ["<|im_end|>"]  # Act may write several calls: stop only at the end of the turn
 REHEARSE_STOP = [RESULT_CLOSE]  # nothing after the result block is ever read
@@ -109,6 +110,8 @@ def _generate(engine: GenerationEngine, requests: list[GenRequest]) -> list[GenR
     if len(results) != len(requests):
         raise RuntimeError(f"{type(engine).__name__}.generate returned {len(results)} results for "
                            f"{len(requests)} requests; an engine must answer every request in order")
+    for res in results:  # model text is untrusted: no lone surrogate may reach a prompt, tokenizer or record
+        res.text = clean_text(res.text) if isinstance(res.text, str) else str(res.text)
     return results
 
 
@@ -118,11 +121,11 @@ def _execute(env: Environment, call: ToolCall) -> Observation:
         obs = env.execute(call)
     except Exception as exc:  # the call's arguments come from the model: never crash the rollout
         return Observation(content=None, source=Role.ENV, error=ErrorCode.TOOL_ERROR,
-                           detail=f"{call.name} raised {type(exc).__name__}: {exc}")
+                           detail=short(f"{call.name} raised {type(exc).__name__}: {exc}"))
     if not isinstance(obs, Observation):
         raise TypeError(f"{type(env).__name__}.execute({call.name!r}) returned {type(obs).__name__}; "
                         "an Environment must return envace.types.Observation")
-    return obs
+    return clean_observation(obs)  # a tool may echo model text back: same sanitising as model output
 
 
 def _start(task: Task, prompt_index: int, sample_index: int, mode: Mode,

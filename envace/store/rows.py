@@ -285,7 +285,7 @@ def to_bundle(traj: Trajectory, run_id: str, step: int, mode: TrajectoryMode, sp
         n_calls += len(t.tool_calls)
         if t.role is Role.REHEARSE and t.call is not None and t.real_observation is not None:
             real = real_value(t.real_observation)
-            valid, rehearsed = parse_rehearsed(t.text)
+            valid, rehearsed = parse_rehearsed(t.text, t.observation)  # the rollout's parse, not a second one
             sc = score_parsed(valid, rehearsed, real)
             pairs.append((index, _text(t.call.name), json_text(call_dict(t.call)), _text(t.text),
                           json_text(rehearsed), json_text(real), sc["exact_match"], sc["json_valid"],

@@ -1,7 +1,14 @@
 """Rehearsal fidelity: how close a rehearsed tool result is to the real environment's answer.
 
 Four scores per (call, rehearsed, real) pair:
-- `json_valid`: the rehearsed text holds one JSON value (inside `<execution_result>` tags when present);
+- `json_valid`: the Rehearse parser (envace.execution_result, the ONE parser of the format, also used by
+  the rollout) accepted the output as a result value: exactly one `<execution_result>` block holding a
+  non-empty strict-JSON object or array; an `error_tool_call` result counts as valid (it is a value to
+  compare). Prose around the block, bare JSON, scalars, `{}` / `null` and non-strict JSON are invalid,
+  exactly where the rollout's observation is a parse error, so the store's `observation` and `rehearsed`
+  columns cannot contradict each other. (An earlier lenient reading accepted bare JSON and text around
+  the block; it is not kept as a metric.) When a turn's parsed observation is at hand it is used as is;
+  the text is not parsed a second time;
 - `schema_ok`: the rehearsed value validates against the tool's *result* schema when one is given
   (jsonschema); with no schema, it has the same shape as the real value (same keys, same JSON types,
   recursively; list elements compared as a set of shapes). OpenAI tool schemas describe arguments, not
@@ -23,13 +30,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from envace.execution_result import parse_execution_result
+from envace.types import Observation, Role
+
 try:  # a dependency of prefect and dvc-data; only a speed-up here
     import orjson
 except ImportError:  # pragma: no cover
     orjson = None
-
-_RESULT_RE = re.compile(r"<execution_result>(.*?)</execution_result>", re.DOTALL)
-_LONG_DIGITS = re.compile(r"[0-9]{19}")
 
 
 class FidelityScores(TypedDict):
@@ -39,27 +46,17 @@ class FidelityScores(TypedDict):
     field_f1: float
 
 
-def parse_rehearsed(text: Any) -> tuple[bool, Any]:
+def parse_rehearsed(text: Any, observation: Observation | None = None) -> tuple[bool, Any]:
     """(valid, value) of a rehearsed result. Never raises: the text is model output.
 
-    Takes the first `<execution_result>` block if there is one, else the whole text."""
-    if not isinstance(text, str):
+    `observation`: the rollout's parse of the same text (`Turn.observation` of a Rehearse turn), used
+    instead of parsing again; otherwise the text is parsed with `parse_execution_result`. Valid exactly
+    when the parse produced a value (`content is not None`)."""
+    obs = observation if observation is not None and observation.source is not Role.ENV \
+        else parse_execution_result(text)
+    if obs.content is None:
         return False, None
-    m = _RESULT_RE.search(text)
-    body = (m.group(1) if m else text).strip()
-    if not body:
-        return False, None
-    # orjson: C-speed. Where it refuses (NaN, 1e400, lone surrogates, depth) json decides; integers of 19+
-    # digits go to json too (orjson reads those beyond 64 bits as floats)
-    if orjson is not None and not _LONG_DIGITS.search(body):
-        try:
-            return True, orjson.loads(body)
-        except (ValueError, RecursionError):
-            pass
-    try:
-        return True, json.loads(body)
-    except (ValueError, RecursionError):
-        return False, None
+    return True, obs.content
 
 
 def _scalar(v: Any) -> tuple:
@@ -180,9 +177,11 @@ def score_parsed(valid: bool, value: Any, real_obj: Any, schema: dict[str, Any] 
                           field_f1=_f1(p, g))
 
 
-def fidelity_metrics(rehearsed_text: Any, real_obj: Any, schema: dict[str, Any] | None = None) -> FidelityScores:
-    """Scores of one rehearsed result text against the real result (a parsed JSON value)."""
-    valid, value = parse_rehearsed(rehearsed_text)
+def fidelity_metrics(rehearsed_text: Any, real_obj: Any, schema: dict[str, Any] | None = None,
+                     observation: Observation | None = None) -> FidelityScores:
+    """Scores of one rehearsed result text (or its already parsed `observation`) against the real result
+    (a parsed JSON value)."""
+    valid, value = parse_rehearsed(rehearsed_text, observation)
     return score_parsed(valid, value, real_obj, schema)
 
 

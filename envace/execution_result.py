@@ -1,0 +1,96 @@
+"""The Rehearse output format, `<execution_result>` JSON `</execution_result>`: the one parser and the
+renderer. Every reader of Rehearse text uses `parse_execution_result` (the rollout via
+envace.roles.rehearse, the fidelity scores, the store), so an observation and a fidelity verdict on the
+same text cannot disagree. It lives below roles/ and tracking/ so both can import it.
+
+Parsing is strict and never raises: after a leading `<think>` section, the text must be exactly one
+`<execution_result>` … `</execution_result>` block (surrounding whitespace and trailing end-of-turn
+markers are tolerated) holding a non-empty JSON object or a JSON array. Departures from the reference:
+the JSON is strict (envace.untrusted.loads_strict: no NaN / Infinity / 1e400, no lone-surrogate
+escapes, bounded depth), so every accepted result is strict JSON; a JSON scalar is classified as a
+decode error (wrong shape), `{}` / `null` as empty. Prose before the block, text after it and bare JSON
+without the tags are all rejected (the lenient reading the fidelity module once had is gone).
+Scanning is linear in the text (str.find / one anchored match; see envace.toolcall.strip_end_markers).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from envace.toolcall import strip_end_markers
+from envace.types import ErrorCode, Observation, Role
+from envace.untrusted import StrictJSONError, clean_text, loads_strict, short, too_long
+
+RESULT_OPEN, RESULT_CLOSE = "<execution_result>", "</execution_result>"
+ERROR_KEY = "error_tool_call"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def render_execution_result(obj: Any) -> str:
+    """The exact Rehearse target text: the SFT writes it, `parse_execution_result` inverts it."""
+    return f"{RESULT_OPEN}\n{json.dumps(obj, sort_keys=True)}\n{RESULT_CLOSE}"
+
+
+def _error_detail(value: Any) -> str:
+    if isinstance(value, dict):
+        code, msg = value.get("code", ""), value.get("message", "")
+        return short(f"{code}: {msg}".strip(": ") or "rehearsed error")
+    return short(f"rehearsed error: {value!r}", 200)
+
+
+def _rehearsed_error(obj: Any) -> Any:
+    """The error payload when the result is (or, for a list, holds) an `error_tool_call` object."""
+    if isinstance(obj, dict) and ERROR_KEY in obj:
+        return obj[ERROR_KEY]
+    if isinstance(obj, list):
+        for item in obj:
+            if isinstance(item, dict) and ERROR_KEY in item:
+                return item[ERROR_KEY]
+    return None
+
+
+def _strip_leading_think(text: str) -> str:
+    """Drop reasoning written before the result block. Only a leading `<think>` section is removed:
+    the JSON itself may legitimately hold the string "<think>"."""
+    body = text.lstrip()
+    if body.startswith(THINK_OPEN):
+        end = body.find(THINK_CLOSE)
+        return "" if end < 0 else body[end + len(THINK_CLOSE):]
+    return body
+
+
+def _fail(code: ErrorCode, detail: str) -> Observation:
+    return Observation(content=None, source=Role.REHEARSE, error=code, detail=detail)
+
+
+def parse_execution_result(text: str) -> Observation:
+    """Classify one Rehearse output. Never raises; `source` is always Role.REHEARSE; linear in the text."""
+    try:
+        if not isinstance(text, str):
+            return _fail(ErrorCode.NO_EXECUTION_RESULT_TAG, f"output is {type(text).__name__}, not text")
+        over = too_long(text)
+        if over is not None:
+            return _fail(ErrorCode.OUTPUT_TOO_LONG, over)
+        body = strip_end_markers(_strip_leading_think(clean_text(text))).strip()
+        if not body.startswith(RESULT_OPEN) or not body.endswith(RESULT_CLOSE) \
+                or len(body) < len(RESULT_OPEN) + len(RESULT_CLOSE):
+            return _fail(ErrorCode.NO_EXECUTION_RESULT_TAG,
+                         f"output must be exactly {RESULT_OPEN}\\n<JSON>\\n{RESULT_CLOSE}")
+        inner = body[len(RESULT_OPEN): len(body) - len(RESULT_CLOSE)]
+        try:
+            obj = loads_strict(inner)
+        except StrictJSONError as exc:
+            return _fail(ErrorCode.RESULT_JSON_DECODE, short(f"result is not strict JSON: {exc}"))
+        if obj is None or obj == {}:
+            return _fail(ErrorCode.RESULT_EMPTY, "result is empty")
+        if not isinstance(obj, (dict, list)):
+            return _fail(ErrorCode.RESULT_JSON_DECODE,
+                         f"result must be a JSON object or array, got {type(obj).__name__}")
+        err = _rehearsed_error(obj)
+        if err is not None:
+            return Observation(content=obj, source=Role.REHEARSE, error=ErrorCode.REHEARSED_ERROR,
+                               detail=_error_detail(err))
+        return Observation(content=obj, source=Role.REHEARSE)
+    except Exception as exc:  # pragma: no cover - model output must never crash a rollout
+        return _fail(ErrorCode.RESULT_JSON_DECODE, short(f"parser failure: {exc!r}"))
