@@ -196,7 +196,7 @@ def train(cfg: TrainConfig) -> TrainResult:
                 flip_advantages(rows, trajs)
             lr = lr_at(step, cfg.optim)
             set_lr(policy.optimizers, lr)
-            updates = update_models(policy, rows, cfg)
+            updates = update_models(policy, rows, cfg, step=step)
             metrics = step_metrics(trajs, rows, updates, t_roll, time.perf_counter() - t0,
                                    generated=batch.generated)
             metrics["optim/lr"] = lr

@@ -61,6 +61,8 @@ def step_metrics(trajs: list[Trajectory], rows: list[TrainRow], updates: dict, t
         prefix = "" if name == "policy" else f"{name}_model/"
         m[f"{prefix}loss"] = upd.loss
         m[f"{prefix}grad_norm"] = upd.grad_norm
+        for k, v in getattr(upd, "metrics", {}).items():  # model-level update stats (helper B's UpdateResult)
+            m[f"{prefix}update/{k}"] = v
         for role, vals in upd.role_metrics.items():
             for k, v in vals.items():
                 m[f"{role}/{k}"] = v
