@@ -71,12 +71,23 @@ class RunTracker:
             return
         try:
             self._open(cfg, meta, kind)
-        except BaseException:  # the MLflow run (if it started) ends FAILED / KILLED, not RUNNING forever
-            if self.mlflow is not None:
-                self.mlflow.outcome = outcome_of(sys.exc_info()[1])
-                if self.mlflow.outcome is RunOutcome.FINISHED:
-                    self.mlflow.outcome = RunOutcome.FAILED
-            self._stack.close()
+        except BaseException:  # the runs that started end FAILED / KILLED, not RUNNING forever
+            outcome = outcome_of(sys.exc_info()[1])
+            outcome = RunOutcome.FAILED if outcome is RunOutcome.FINISHED else outcome
+            self._closed = True
+            try:
+                if self.writer is not None:
+                    from envace.store.runs import set_run_status
+
+                    self.writer.close()
+                    set_run_status(self.writer.engine, self.run_id, outcome.store_status)
+                    self.writer.engine.dispose()
+            except Exception:  # noqa: BLE001 - the original error is the one to report
+                pass
+            finally:
+                if self.mlflow is not None:
+                    self.mlflow.outcome = outcome
+                self._stack.close()
             raise
 
     def _open(self, cfg: TrainConfig, meta: dict[str, Any], kind: str) -> None:
