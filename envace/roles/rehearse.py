@@ -31,8 +31,9 @@ from envace.roles.prompts import (
 from envace.toolcall import render_signature, render_tool_call, schema_of
 from envace.types import Message, Task, ToolCall
 
-__all__ = ["ERROR_KEY", "few_shot_triples", "parse_execution_result", "rehearse_messages", "rehearse_prompt_ids",
-           "rehearse_user_prompt", "render_execution_result", "transcript"]
+__all__ = ["ERROR_KEY", "FEW_SHOT_META", "few_shot_triples", "parse_execution_result", "rehearse_messages",
+           "rehearse_prompt_ids", "rehearse_user_prompt", "render_execution_result", "transcript",
+           "with_training_few_shot"]
 
 
 def _json_line(value: Any) -> str:
@@ -47,12 +48,20 @@ def _tool_response_value(content: str) -> Any:
         return content
 
 
+FEW_SHOT_META = "few_shot_triples"  # Task.meta key: few-shot given from elsewhere (see with_training_few_shot)
+
+
 def few_shot_triples(task: Task) -> list[tuple[str, dict[str, Any], Any]]:
     """(name, arguments, response) triples of the task's reference conversation.
 
     Each assistant message's tool calls are paired, in order, with the tool messages that follow it
-    (up to the next non-tool message). A call without a response is skipped.
+    (up to the next non-tool message). A call without a response is skipped. When
+    `task.meta["few_shot_triples"]` is set, those triples are the few-shot instead (evaluation puts
+    training-sample triples there, so a test task's own gold calls and responses never reach Rehearse).
     """
+    given = task.meta.get(FEW_SHOT_META)
+    if given is not None:
+        return [(str(n), dict(a), r) for n, a, r in given]
     triples: list[tuple[str, dict[str, Any], Any]] = []
     msgs = task.messages
     for i, msg in enumerate(msgs):
@@ -66,6 +75,26 @@ def few_shot_triples(task: Task) -> list[tuple[str, dict[str, Any], Any]]:
         for call, resp in zip(msg.tool_calls, responses):
             triples.append((call.name, call.arguments, _tool_response_value(resp.content)))
     return triples
+
+
+def with_training_few_shot(tasks: list[Task], train_tasks: list[Task], per_tool: int = 2) -> list[Task]:
+    """Copies of `tasks` whose Rehearse few-shot comes from `train_tasks`: for each tool a task offers, the
+    first `per_tool` (name, arguments, response) triples of that tool in the training tasks' reference
+    conversations (as the reference code draws few-shot from the training sample). Evaluation and
+    test-time rehearsal use this so that no test task's gold calls or responses reach a prompt."""
+    import dataclasses
+
+    by_tool: dict[str, list[tuple[str, dict[str, Any], Any]]] = {}
+    for t in train_tasks:
+        for triple in few_shot_triples(t):
+            bucket = by_tool.setdefault(triple[0], [])
+            if len(bucket) < per_tool:
+                bucket.append(triple)
+    out = []
+    for task in tasks:
+        shots = [list(tr) for name in task.tool_names() for tr in by_tool.get(name, [])]
+        out.append(dataclasses.replace(task, meta={**task.meta, FEW_SHOT_META: shots}))
+    return out
 
 
 def transcript(history: list[Message]) -> str:

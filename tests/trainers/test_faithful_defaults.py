@@ -53,3 +53,31 @@ def test_training_arms_handle_malformed_calls_alike():
         cfg = TrainConfig.model_validate({"model": "m", "rollout": {"mode": mode, "invalid_call": "end"}})
         assert cfg.rollout.invalid_call == "end"
     assert RolloutConfig().invalid_call is None  # outside training: the reference's per-mode rule
+
+
+def test_test_tasks_can_take_their_few_shot_from_the_training_sample():
+    from envace.roles.rehearse import few_shot_triples, with_training_few_shot
+
+    train = generate_tasks(30, "train", 3)
+    test = generate_tasks(6, "test", 3)
+    [task] = with_training_few_shot(test[:1], train, per_tool=1)
+    gold = few_shot_triples(test[0])
+    shots = few_shot_triples(task)
+    expected = []
+    for name in test[0].tool_names():  # by hand: the first training triple of each of the task's tools
+        first = next((tr for t in train for tr in few_shot_triples(t) if tr[0] == name), None)
+        if first is not None:
+            expected.append(first)
+    assert shots == expected and shots
+    assert not any(g in shots for g in gold)  # none of the test task's own gold pairs
+    call = gold[0]
+    prompt = rehearse_messages(task, task.messages[:2], "", ToolCall(call[0], call[1]), few_shot=True,
+                               style="history")[1]["content"]
+    assert json_line(call[2]) not in prompt
+    assert task.messages == test[0].messages and test[0].meta.get("few_shot_triples") is None  # a copy
+
+
+def json_line(value) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
