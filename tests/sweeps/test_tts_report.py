@@ -46,3 +46,14 @@ def test_markdown_and_plot(tmp_path):
     assert list(fig.data[0].x) == [0, 1]
     paths = write_tts_report(tmp_path, table())
     assert all(p.is_file() for p in paths.values())
+
+
+def test_a_model_list_is_a_model_axis_and_n0_runs_once_per_model():
+    from envace.sweeps.grid import expand_cells, tts_sweep_config
+
+    cfg = tts_sweep_config(["runs/sft/model", "runs/rl/final"], "/tmp/t", n_values=[0, 1], seeds=[0, 1, 2])
+    cells = expand_cells(cfg)
+    groups = list(dict.fromkeys(c.group for c in cells))
+    assert groups == [f"model={m},tts_n={n},tts_mode={mode}" for m in ("runs/sft/model", "runs/rl/final")
+                      for n, mode in ((0, "parallel"), (1, "parallel"), (1, "sequential"))]
+    assert len(cells) == 6 * 3 and not any(o.startswith("model=") for o in cfg.overrides)
