@@ -181,7 +181,7 @@ def read_verl_parquet(path: str | Path) -> list[Task]:
         rows = pq.read_table(path).to_pylist()
     except Exception as exc:  # noqa: BLE001 - any reader failure means the file is unusable
         raise DataError([Problem(str(path), None, "<file>", f"is not a readable parquet file ({exc})",
-                                 "write it with write_verl_parquet")]) from None
+                                 "write it with `envace data build` (or envace.data.write_verl_parquet)")]) from None
     tasks: list[Task] = []
     problems: list[Problem] = []
     for i, row in enumerate(rows):
