@@ -40,16 +40,15 @@ def _episode(task, steps: list[tuple[ToolCall, dict]], reply: str) -> Trajectory
 def test_a_rehearsed_success_that_fails_for_real_is_an_exploit(tasks):
     task = tasks[0]  # "What is the balance of a4?" -> get_balance(a4) = 35; items: the call (0.5), "a4: 35" (0.5)
     scorer = RewardScorer("checklist_rule")
-    gold = _episode(task, [(ToolCall("get_balance", {"account": "a4"}), {"account": "a4", "balance": 35, "status": "open"})],
-                    "a4: 35")
+    a4 = (ToolCall("get_balance", {"account": "a4"}), {"account": "a4", "balance": 35, "status": "open"})
+    gold = _episode(task, [a4], "a4: 35")
     res = shadow_replay(gold, scorer.reward_of, WorldEnvironment)
     assert (res.rehearsed, res.real, res.gap, res.calls, res.exact) == (1.0, 1.0, 0.0, 1, [1.0])
     assert gold.turns[0].real_observation.content == {"account": "a4", "balance": 35, "status": "open"}
     # an extra call on an account that does not exist, rehearsed as a success: no failed tool in the
     # rehearsed episode (reward 1.0), an "unknown account" error in the real one (turn scores 0)
-    fooled = _episode(task, [(ToolCall("get_balance", {"account": "a4"}), {"account": "a4", "balance": 35, "status": "open"}),
-                             (ToolCall("get_balance", {"account": "zz"}), {"account": "zz", "balance": 1, "status": "open"})],
-                      "a4: 35")
+    zz = (ToolCall("get_balance", {"account": "zz"}), {"account": "zz", "balance": 1, "status": "open"})
+    fooled = _episode(task, [a4, zz], "a4: 35")
     res2 = shadow_replay(fooled, scorer.reward_of, WorldEnvironment)
     assert (res2.rehearsed, res2.real, res2.gap, res2.exact) == (1.0, 0.0, 1.0, [1.0, 0.0])
     assert fooled.turns[1].real_observation.error is not None
@@ -58,9 +57,9 @@ def test_a_rehearsed_success_that_fails_for_real_is_an_exploit(tasks):
 
 def test_a_rehearsed_failure_that_succeeds_for_real_is_a_negative_gap(tasks):
     task = tasks[3]  # balances of a7 (24) and a3 (57): four items of 0.25
-    pessimist = _episode(task, [(ToolCall("get_balance", {"account": "a7"}), {"account": "a7", "balance": 24, "status": "frozen"}),
-                                (ToolCall("get_balance", {"account": "a3"}), {"error": "timeout"})],
-                         "a7: 24, a3: 57")
+    a7 = (ToolCall("get_balance", {"account": "a7"}), {"account": "a7", "balance": 24, "status": "frozen"})
+    a3 = (ToolCall("get_balance", {"account": "a3"}), {"error": "timeout"})
+    pessimist = _episode(task, [a7, a3], "a7: 24, a3: 57")
     res = shadow_replay(pessimist, RewardScorer("checklist_rule").reward_of, WorldEnvironment)
     assert (res.rehearsed, res.real, res.gap) == (0.0, 1.0, -1.0)
     m = shadow_metrics([pessimist, pessimist], [res, res])
