@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from envace.config import load_config  # noqa: E402
 from envace.evaluation.paired import (Split, TaskScores, compare, engine_for, held_out_tasks, load_or_score,  # noqa: E402
-                                      mean_interval, paired_bootstrap)
+                                      mean_interval, paired_bootstrap, tasks_for_half_width)
 from envace.trainers.config import TrainConfig  # noqa: E402
 
 METHODS = {
@@ -176,6 +176,7 @@ def main() -> None:
             (out / "report.json").write_text(json.dumps(report, indent=2))
     if not per_method:
         sft_scores()
+    report["aa"] = aa_check(base, args.n_boot)
     report["methods"] = summarize(base, per_method, args.n_boot)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     print_table(report)
@@ -184,7 +185,9 @@ def main() -> None:
 def aa_check(base: dict[str, TaskScores], n_boot: int) -> dict | None:
     """The evaluation's resolution without any training: the SFT model's T=1 sample 0 vs sample 1 on the
     same tasks (an A/A comparison; its interval should contain 0, its half-width is the noise floor of a
-    one-sample paired comparison)."""
+    one-sample paired comparison). `tasks_x_samples_for_0.01`: tasks x T=1 samples per task that bring
+    the reward half-width of a paired comparison of two checkpoints' sample means to 0.01 (the within-
+    task sampling variance is half the A/A difference's variance; pairing removes the between-task part)."""
     t1 = base["t1"]
     if t1.success.shape[1] < 2:
         return None
@@ -192,9 +195,12 @@ def aa_check(base: dict[str, TaskScores], n_boot: int) -> dict | None:
     for m in ("success", "reward"):
         x = t1.metric(m)
         iv = paired_bootstrap(x[:, 0], x[:, 1], n_boot=n_boot)
-        out[m] = {"diff": iv.mean, "lo": iv.lo, "hi": iv.hi, "half_width": iv.half_width}
+        sd = float(np.std(x[:, 1] - x[:, 0], ddof=1))
+        out[m] = {"diff": iv.mean, "lo": iv.lo, "hi": iv.hi, "half_width": iv.half_width, "sd_diff": sd,
+                  "tasks_x_samples_for_0.01": tasks_for_half_width(sd, 0.01)}
     print(f"A/A (SFT T=1 sample 0 vs 1, {len(t1.task_ids)} tasks): " + "; ".join(
-        f"{m} {v['diff']:+.4f} [{v['lo']:+.4f}, {v['hi']:+.4f}] (half-width {v['half_width']:.4f})" for m, v in out.items()))
+        f"{m} {v['diff']:+.4f} [{v['lo']:+.4f}, {v['hi']:+.4f}] (half-width {v['half_width']:.4f}; tasks x samples "
+        f"for a 0.01 half-width: {v['tasks_x_samples_for_0.01']})" for m, v in out.items()))
     return out
 
 
