@@ -5,7 +5,8 @@ Per step: sample `prompts_per_step` tasks (seeded by step), roll out K trajector
 env | simulator), score them, build one row per role call, compute advantages grouped by (prompt, role),
 and update each model (`update_models`). `policy=shared` trains one model on both roles' rows;
 `policy=per_role` keeps two models, each updated only from its own role's rows. Checkpoints every
-`save_every` steps; a restarted run resumes from the latest complete checkpoint at the next step.
+`save_every` steps; a restarted run resumes from the newest intact checkpoint at the next step (a damaged
+newer one is skipped with a warning: `envace.trainers.checkpoint.latest_checkpoint`).
 Options around that loop: dynamic sampling (`dynamic_sampling`, DAPO: zero-signal groups dropped and
 refilled), linear lr warm-up (`optim.warmup_steps`), the rehearsal exploitation monitor
 (`shadow_monitor`: rehearsed vs real reward, never seen by the policy) and the diagnostics `reward=toy`
