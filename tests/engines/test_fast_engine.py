@@ -270,3 +270,13 @@ def test_engine_names_are_run_params(tmp_path):
     run = MlflowClient(uri).get_run(tracker.mlflow_run_id)
     assert (run.data.params["engine.act"], run.data.params["engine.rehearse"]) == ("fast", "hf")
     assert run.data.tags["envace.engine"] == "act=hf"
+
+
+def test_positions_past_the_configured_context_match_hf(varied, prompts):
+    """RoPE positions beyond max_position_embeddings (the table grows from the model's rotary module)."""
+    fast, hf = varied
+    n = fast.model.config.max_position_embeddings + 5
+    long_prompt = (prompts[1] * (n // len(prompts[1]) + 1))[:n]
+    reqs = [GenRequest(long_prompt, temperature=0.0, max_new_tokens=6, seed=0),
+            GenRequest(prompts[0], temperature=1.0, max_new_tokens=6, seed=1)]
+    same_results(fast.generate(reqs), hf.generate(reqs), lp_tol=1e-4)
