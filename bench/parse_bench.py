@@ -16,6 +16,8 @@ Two tables:
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -116,10 +118,15 @@ def main() -> None:
     for name, text in rehearse_inputs().items():
         rows.append(("parse_execution_result", name, len(text), best(parse_execution_result, text)))
         rows.append(("fidelity.parse_rehearsed", name, len(text), best(parse_rehearsed, text)))
+    print(f"machine load average (1 min): {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print("1. ~1 MB adversarial inputs (best of 3); target < 0.2 s each")
     print(f"{'parser':26s} {'input':28s} {'chars':>9s} {'seconds':>8s}")
     for parser, name, n, sec in rows:
         print(f"{parser:26s} {name:28s} {n:9,d} {sec:8.4f}{'' if sec < 0.2 else '  OVER 0.2 s'}")
+    ints = rehearse_inputs()["ints * n"]
+    body = ints[len("<execution_result>"): -len("</execution_result>")]
+    print(f"reference: stdlib json.loads (no checks) of the 'ints * n' body: {best(json.loads, body):.4f} s "
+          f"(that row is JSON decoding of 500,000 numbers, not tag scanning)")
     worst = max(rows, key=lambda r: r[3])
     print(f"worst: {worst[0]} on {worst[1]}: {worst[3]:.4f} s -> {'PASS' if worst[3] < 0.2 else 'FAIL'}")
     if args.quick:

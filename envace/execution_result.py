@@ -87,7 +87,8 @@ def parse_execution_result(text: str) -> Observation:
         if not isinstance(obj, (dict, list)):
             return _fail(ErrorCode.RESULT_JSON_DECODE,
                          f"result must be a JSON object or array, got {type(obj).__name__}")
-        err = _rehearsed_error(obj)
+        # C-speed substring tests before the Python walk ("\\u": the key may be written with escapes)
+        err = _rehearsed_error(obj) if ERROR_KEY in inner or "\\u" in inner else None
         if err is not None:
             return Observation(content=obj, source=Role.REHEARSE, error=ErrorCode.REHEARSED_ERROR,
                                detail=_error_detail(err))

@@ -218,3 +218,8 @@ def test_too_many_calls_in_one_output_is_a_format_error():
     assert parse_act(call * MAX_TOOL_CALLS, TOOLS).error is None
     parsed = parse_act(call * (MAX_TOOL_CALLS + 1), TOOLS)
     assert parsed.error is ErrorCode.INVALID_TOOL_CALL_FORMAT and "over the limit" in parsed.detail
+
+
+def test_a_rehearsed_error_key_written_with_escapes_is_still_an_error():
+    obs = parse_execution_result('<execution_result>\n{"\\u0065rror_tool_call": {"code": "X"}}\n</execution_result>')
+    assert obs.error is ErrorCode.REHEARSED_ERROR and obs.detail == "X"
