@@ -64,7 +64,7 @@ def fidelity(trajs: list[Trajectory], few_shot: bool = True) -> dict[str, Any]:
         for u in t.turns_of(Role.REHEARSE):
             if u.real_observation is None or u.call is None:
                 continue
-            m = fidelity_metrics(u.text, u.real_observation.content)
+            m = fidelity_metrics(u.text, u.real_observation.content, observation=u.observation)
             pairs.append((u.call.name, m))
             if (u.call.name, u.call.arguments) in known:
                 determined.append(m)
