@@ -21,7 +21,6 @@ scale (`envace.trainers.noise_scale`, first epoch: the on-policy gradient).
 from __future__ import annotations
 
 import random
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -206,7 +205,6 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
     """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps on `rows` (a forward takes at most
     `micro_batch` sequences and `max_tokens` padded tokens). `seed` orders the mini-batches; `full_logits`
     forces the reference full-vocabulary head."""
-    t0 = time.perf_counter()
     model.train()
     mode = PackMode(algo.pack)
     if mode is PackMode.TREE and tree_mask_kind(model) is None:
@@ -229,7 +227,7 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
     n_rows = sum(len(p.segments) for p in packs)
     metrics = {"optimizer_steps": float(len(steps)), "forward_tokens": float(upd.forward_tokens),
                "loss_tokens": float(sum(p.loss_tokens for p in packs)), "packed_rows_per_seq": n_rows / len(packs),
-               **upd.noise.summary(), "time_update_s": time.perf_counter() - t0}
+               **upd.noise.summary()}
     return UpdateResult(loss=sum(s.loss for s in steps) / len(steps),
                         grad_norm=sum(s.grad_norm for s in steps) / len(steps),
                         role_metrics=upd.role_metrics(), metrics=metrics, steps=steps)
