@@ -12,9 +12,10 @@ over steps 2.. of all repeats and the old / new ratios of update time and total 
 Model: a tiny Qwen3-architecture model given a short SFT (`--sft-steps`, default 300 x 16 sequences)
 so that generations have realistic lengths (a random model's garbage lengths say nothing about the
 update); built once with the new code's `envace sft` API and cached under /tmp/envace_step_bench (it
-is cheaper than the demo's 1400-step SFT and is not a good policy; only its lengths matter here). The
-new code's rehearsal shadow monitor (extra work the old code does not do) is switched off so both arms
-do the same work.
+is cheaper than the demo's 1400-step SFT and is not a good policy; only its lengths matter here).
+Same work in both arms: where the new code has them, the rehearsal shadow monitor is off and the
+rollout keeps the old defaults (rehearse_style=compact; invalid Act calls end a rehearse-mode episode
+and are observed in env mode), since the new defaults change what a step generates and trains on.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/step_speedup.py [--steps 3] [--repeats 2] [--prompts 8 --k 4]
 """
@@ -83,6 +84,12 @@ from envace.trainers.config import TrainConfig
 import envace.trainers.embedded as emb
 if "shadow_monitor" in TrainConfig.model_fields:
     overrides.append("shadow_monitor=false")  # extra work the old code does not do
+from envace.config import RolloutConfig
+if "history" in str(RolloutConfig.model_fields["rehearse_style"].annotation):
+    overrides.append("rollout.rehearse_style=compact")  # the old default: same Rehearse prompts in both arms
+if "invalid_call" in RolloutConfig.model_fields:  # the old per-mode rule: env observes, rehearse ends
+    mode = load_config(TrainConfig, cfg_path, overrides + [f"out_dir={out_dir}"]).rollout.mode
+    overrides.append(f"rollout.invalid_call={'observe' if mode == 'env' else 'end'}")
 times = []
 inner = emb.update_models
 def timed(*a, **k):
