@@ -215,10 +215,6 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
             from envace.sweeps.tts_report import write_tts_report
 
             paths.update(write_tts_report(out / "results", table))
-        if "tts_n" in axes and "tts_mode" in axes:  # TTS sweep: table per mode and the score-vs-N plot
-            from envace.sweeps.tts_report import write_tts_report
-
-            paths.update(write_tts_report(out / "results", table))
         summary["results_csv"] = str(paths["results.csv"])
         log_results(parent, paths, cfg.artifact_dir, failed)
         if failed:  # the parent run ends FAILED, not FINISHED, when any cell failed
