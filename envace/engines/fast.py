@@ -26,7 +26,7 @@ import torch
 from envace.engines.base import GenRequest, GenResult, is_greedy, logprob_temperature
 from envace.engines.fast_model import KVCache, Qwen3Kernel, unsupported_reason
 from envace.engines.fast_sampling import row_uniforms, sample_tokens
-from envace.engines.hf import SEED_RANGE, stop_token_ids
+from envace.engines.hf import SEED_RANGE, generate_in_length_order, stop_token_ids
 from envace.models.loading import pick_device
 
 __all__ = ["FastEngine", "unsupported_reason"]
@@ -58,20 +58,7 @@ class FastEngine:
         self.pad_id = int(pad)
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        for i, r in enumerate(requests):
-            if not r.prompt_ids:
-                raise ValueError(f"request {i} has an empty prompt; pass at least one prompt token")
-            if r.max_new_tokens < 1:
-                raise ValueError(f"request {i} has max_new_tokens={r.max_new_tokens}; it must be >= 1")
-            if not 0.0 < r.top_p <= 1.0:
-                raise ValueError(f"request {i} has top_p={r.top_p}; it must be in (0, 1]")
-        order = sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt_ids))
-        results: list[GenResult | None] = [None] * len(requests)
-        for start in range(0, len(order), self.max_batch):
-            chunk = order[start:start + self.max_batch]
-            for i, res in zip(chunk, self._generate_batch([requests[i] for i in chunk])):
-                results[i] = res
-        return results  # type: ignore[return-value]
+        return generate_in_length_order(requests, self.max_batch, self._generate_batch)
 
     @torch.inference_mode()
     def _generate_batch(self, reqs: list[GenRequest]) -> list[GenResult]:

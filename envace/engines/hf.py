@@ -22,7 +22,7 @@ text but kept in the ids, because the trainer must learn to emit it).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -67,6 +67,27 @@ def sample_rows(logits: torch.Tensor, temperatures: list[float], top_ps: list[fl
                          any_greedy=any(greedy), any_nucleus=bool((top_p < 1.0).any()))
 
 
+
+def generate_in_length_order(requests: list[GenRequest], max_batch: int,
+                             run_batch: Callable[[list[GenRequest]], list[GenResult]]) -> list[GenResult]:
+    """Validate `requests`, run them in chunks of `max_batch` sorted by prompt length (longest first), and
+    return the results in request order. Rows are independent, so grouping similar lengths only saves
+    padding. Shared by every local engine."""
+    for i, r in enumerate(requests):
+        if not r.prompt_ids:
+            raise ValueError(f"request {i} has an empty prompt; pass at least one prompt token")
+        if r.max_new_tokens < 1:
+            raise ValueError(f"request {i} has max_new_tokens={r.max_new_tokens}; it must be >= 1")
+        if not 0.0 < r.top_p <= 1.0:
+            raise ValueError(f"request {i} has top_p={r.top_p}; it must be in (0, 1]")
+    order = sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt_ids))
+    results: list[GenResult | None] = [None] * len(requests)
+    for start in range(0, len(order), max_batch):
+        chunk = order[start:start + max_batch]
+        for i, res in zip(chunk, run_batch([requests[i] for i in chunk])):
+            results[i] = res
+    return results  # type: ignore[return-value]
+
 class HFEngine:
     """`GenerationEngine` over a local transformers causal LM. Holds no gradients."""
 
@@ -93,21 +114,7 @@ class HFEngine:
         return cls(model, tokenizer, device=model.device, max_batch=max_batch)
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        for i, r in enumerate(requests):
-            if not r.prompt_ids:
-                raise ValueError(f"request {i} has an empty prompt; pass at least one prompt token")
-            if r.max_new_tokens < 1:
-                raise ValueError(f"request {i} has max_new_tokens={r.max_new_tokens}; it must be >= 1")
-            if not 0.0 < r.top_p <= 1.0:
-                raise ValueError(f"request {i} has top_p={r.top_p}; it must be in (0, 1]")
-        # Rows are independent, so grouping similar prompt lengths only saves padding.
-        order = sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt_ids))
-        results: list[GenResult | None] = [None] * len(requests)
-        for start in range(0, len(order), self.max_batch):
-            chunk = order[start:start + self.max_batch]
-            for i, res in zip(chunk, self._generate_batch([requests[i] for i in chunk])):
-                results[i] = res
-        return results  # type: ignore[return-value]
+        return generate_in_length_order(requests, self.max_batch, self._generate_batch)
 
     @torch.inference_mode()
     def _generate_batch(self, reqs: list[GenRequest]) -> list[GenResult]:
