@@ -6,6 +6,8 @@ the gold ones) and by the CM2 checklist (rule judge). Reported as Avg@k overall 
 tool-call validity. Rehearsal fidelity comes from a separate `rehearse`-mode pass in which each call is
 also executed in a shadow real environment the policy never sees: JSON validity, shape (schema)
 correctness, exact match and field-level F1 of rehearsed vs real responses, overall and per tool.
+That pass shows Rehearse few-shot examples drawn from training-split tasks, never the test task's own
+gold calls or responses.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from envace.roles.rehearse import few_shot_triples
 from envace.rollout import run_rollout
 from envace.tracking.fidelity import aggregate_by_tool, fidelity_metrics
 from envace.types import ErrorCode, Mode, Role, Task, Trajectory
+
+FEW_SHOT_POOL = 200  # training-split tasks the fidelity pass draws its Rehearse few-shot from
 
 
 def _mean(xs: list[float]) -> float:
@@ -81,14 +85,28 @@ def _with_temperature(cfg: RolloutConfig, temperature: float) -> RolloutConfig:
     return cfg.model_copy(update={"act": SamplingConfig(**{**cfg.act.model_dump(), "temperature": temperature})})
 
 
+def _without_own_gold(tasks: list[Task], few_shot_tasks: list[Task] | None) -> list[Task]:
+    """Copies of `tasks` whose Rehearse few-shot comes from training tasks, never from their own gold."""
+    from envace.roles.rehearse import with_training_few_shot
+
+    if few_shot_tasks is None:
+        from envace.worlds.generator import generate_tasks
+
+        few_shot_tasks = generate_tasks(FEW_SHOT_POOL, "train", 0)
+    return with_training_few_shot(tasks, few_shot_tasks)
+
+
 def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], tasks: list[Task], rollout: RolloutConfig, *, k: int = 1,
                    seeds: list[int] = (0,), temperature: float | None = None, with_fidelity: bool = True,
                    tts_n: int = 0, tts_mode: str = "parallel", tts_options: Any = None,
-                   on_trajectories: Callable[[str, int, list[Trajectory]], None] | None = None) -> dict[str, Any]:
+                   on_trajectories: Callable[[str, int, list[Trajectory]], None] | None = None,
+                   few_shot_tasks: list[Task] | None = None) -> dict[str, Any]:
     """Evaluate `engine` on `tasks`; returns mean and per-seed scores (and fidelity). `engine` may be
     `{Role.ACT: e1, Role.REHEARSE: e2}` (the per-role-policy ablation; not with test-time rehearsal).
     `on_trajectories(pass, seed, trajectories)` sees each seed's scored episodes (pass "env") and its
-    rehearse-mode fidelity pass (pass "fidelity"), e.g. to store them."""
+    rehearse-mode fidelity pass (pass "fidelity"), e.g. to store them. The fidelity pass never shows
+    Rehearse a test task's own gold pairs: its few-shot examples come from `few_shot_tasks` (default:
+    the world's training split, as the reference code draws few-shot from the training sample)."""
     if isinstance(engine, Mapping) and tts_n > 0:
         raise ValueError("test-time rehearsal (tts_n > 0) needs one shared engine, not a per-role mapping")
     from envace.worlds.environment import WorldEnvironment
@@ -96,6 +114,7 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
     cfg = rollout if temperature is None else _with_temperature(rollout, temperature)
     per_seed = []
     fid_trajs: list[Trajectory] = []
+    fid_tasks = _without_own_gold(tasks, few_shot_tasks) if with_fidelity and cfg.few_shot else tasks
     for seed in seeds:
         if tts_n > 0:
             from envace.rollout.tts import tts_rollout
@@ -109,7 +128,7 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
         if on_trajectories is not None:
             on_trajectories("env", seed, trajs)
         if with_fidelity:
-            fid = run_rollout(tasks, k=1, policy=engine, cfg=cfg, mode=Mode.REHEARSE,
+            fid = run_rollout(fid_tasks, k=1, policy=engine, cfg=cfg, mode=Mode.REHEARSE,
                               shadow_env_factory=WorldEnvironment, seed=seed)
             fid_trajs += fid
             if on_trajectories is not None:
