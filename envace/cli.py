@@ -35,6 +35,9 @@ class EnvaceApp(typer.Typer):
         argv = list(kwargs.pop("args", None) or (args[0] if args else sys.argv[1:]))
         debug = "--debug" in argv or os.environ.get("ENVACE_DEBUG", "") not in ("", "0")
         argv = [a for a in argv if a != "--debug"]
+        from envace.secrets import install_record_masking
+
+        install_record_masking()  # no credential reaches a log line, whichever library writes it
         if debug:
             os.environ["ENVACE_DEBUG"] = "1"  # child processes (sweep cells) show tracebacks too
         code = _run(lambda: super(EnvaceApp, self).__call__(args=argv, prog_name="envace", standalone_mode=False),

@@ -90,3 +90,26 @@ def install_log_masking(logger: logging.Logger | None = None) -> None:
     for handler in target.handlers:
         if not any(isinstance(f, MaskingFilter) for f in handler.filters):
             handler.addFilter(MaskingFilter())
+
+
+def install_record_masking() -> None:
+    """Mask secrets in every log record the process creates, whichever logger or handler it reaches
+    (libraries such as MLflow and Prefect attach their own handlers, which a handler filter would miss).
+    Idempotent; entry points (the CLI) call it once at start."""
+    current = logging.getLogRecordFactory()
+    if getattr(current, "_envace_masking", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = current(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
+            return record
+        masked = mask_text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return record
+
+    factory._envace_masking = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)

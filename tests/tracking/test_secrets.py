@@ -56,3 +56,27 @@ def test_logging_filter_masks_formatted_records(caplog):
     with caplog.at_level(logging.INFO, logger="envace.test.secrets"):
         logger.info("store %s ready", "postgresql://u:PASSWORD@h/db")
     assert caplog.messages == ["store postgresql://u:***@h/db ready"]
+
+
+def test_record_masking_covers_every_logger_and_handler():
+    import io
+    import logging
+
+    from envace.secrets import install_record_masking
+
+    before = logging.getLogRecordFactory()
+    stream = io.StringIO()
+    log = logging.getLogger("some.library.with.its.own.handler")
+    handler = logging.StreamHandler(stream)
+    log.addHandler(handler)
+    try:
+        log.warning("connecting to %s", "postgresql://u:PASSWORD@h/db")
+        assert "PASSWORD" in stream.getvalue()  # control: without masking the password is written
+        install_record_masking()
+        install_record_masking()  # idempotent
+        log.warning("connecting to %s", "postgresql://u:PASSWORD@h/db")
+        last = stream.getvalue().splitlines()[-1]
+        assert last == "connecting to postgresql://u:***@h/db"
+    finally:
+        log.removeHandler(handler)
+        logging.setLogRecordFactory(before)
