@@ -208,7 +208,8 @@ def test_tiny_model_over_http_runs_a_tau2_task_end_to_end(t2, bench_tiny_dir):
 
     torch.set_num_threads(1)
     task = t2.registry.registry.get_tasks_loader("mock")()[0]
-    with background_server(create_app(bench_tiny_dir)) as url:
+    # the mock prompts outgrow 1024 positions too: the server accepts longer ones (--max-model-len)
+    with background_server(create_app(bench_tiny_dir, max_model_len=8192)) as url:
         policy = OpenAIPolicy(OpenAIChatClient(url, model=bench_tiny_dir.name, timeout=120), temperature=1.0,
                               max_tokens=16)
         run = _run_steps(t2, "mock", task, policy, policy, max_steps=6)
