@@ -70,17 +70,23 @@ def api_key_from_env(var: str | None, owner: str = "the endpoint") -> str | None
     return key
 
 
+def _mask_record(record: logging.LogRecord) -> logging.LogRecord:
+    """Replace the record's message by its masked text when it holds a secret (in place)."""
+    try:
+        message = record.getMessage()
+    except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
+        return record
+    masked = mask_text(message)
+    if masked != message:
+        record.msg, record.args = masked, None
+    return record
+
+
 class MaskingFilter(logging.Filter):
     """A logging filter that masks secrets in the formatted message (attach to handlers)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
-            return True
-        masked = mask_text(message)
-        if masked != message:
-            record.msg, record.args = masked, None
+        _mask_record(record)
         return True
 
 
@@ -101,15 +107,7 @@ def install_record_masking() -> None:
         return
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = current(*args, **kwargs)
-        try:
-            message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
-            return record
-        masked = mask_text(message)
-        if masked != message:
-            record.msg, record.args = masked, None
-        return record
+        return _mask_record(current(*args, **kwargs))
 
     factory._envace_masking = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(factory)

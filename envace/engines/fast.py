@@ -26,7 +26,7 @@ import torch
 from envace.engines.base import GenRequest, GenResult, is_greedy, logprob_temperature
 from envace.engines.fast_model import KVCache, Qwen3Kernel, unsupported_reason
 from envace.engines.fast_sampling import row_uniforms, sample_tokens
-from envace.engines.hf import SEED_RANGE, generate_in_length_order, stop_token_ids
+from envace.engines.hf import SEED_RANGE, build_result, generate_in_length_order, stop_token_ids
 from envace.models.loading import pick_device
 
 __all__ = ["FastEngine", "unsupported_reason"]
@@ -142,7 +142,4 @@ class FastEngine:
 
     def _result(self, ids: list[int], lps: list[float], finish: str, matched: str | None, seed: int,
                 prompt_len: int) -> GenResult:
-        shown = ids[:-1] if ids and ids[-1] in self.stop_ids else ids
-        text = self.tokenizer.decode(shown, skip_special_tokens=False)
-        return GenResult(token_ids=ids, logprobs=lps, text=text, finish_reason=finish,
-                         meta={"seed": seed, "stop": matched, "prompt_tokens": prompt_len})
+        return build_result(self.tokenizer, self.stop_ids, ids, lps, finish, matched, seed, prompt_len)

@@ -88,6 +88,16 @@ def generate_in_length_order(requests: list[GenRequest], max_batch: int,
             results[i] = res
     return results  # type: ignore[return-value]
 
+
+def build_result(tokenizer: Any, stop_ids: set[int], ids: list[int], lps: list[float], finish: str,
+                 matched: str | None, seed: int, prompt_len: int) -> GenResult:
+    """A local engine's `GenResult`: eos / `<|im_end|>` kept in the ids but left out of the text."""
+    shown = ids[:-1] if ids and ids[-1] in stop_ids else ids
+    text = tokenizer.decode(shown, skip_special_tokens=False)
+    return GenResult(token_ids=ids, logprobs=lps, text=text, finish_reason=finish,
+                     meta={"seed": seed, "stop": matched, "prompt_tokens": prompt_len})
+
+
 class HFEngine:
     """`GenerationEngine` over a local transformers causal LM. Holds no gradients."""
 
@@ -174,7 +184,4 @@ class HFEngine:
 
     def _result(self, ids: list[int], lps: list[float], finish: str, matched: str | None, seed: int,
                 prompt_len: int) -> GenResult:
-        shown = ids[:-1] if ids and ids[-1] in self.stop_ids else ids
-        text = self.tokenizer.decode(shown, skip_special_tokens=False)
-        return GenResult(token_ids=ids, logprobs=lps, text=text, finish_reason=finish,
-                         meta={"seed": seed, "stop": matched, "prompt_tokens": prompt_len})
+        return build_result(self.tokenizer, self.stop_ids, ids, lps, finish, matched, seed, prompt_len)
