@@ -1,10 +1,7 @@
 """The contract every benchmark adapter (BFCL, τ², VitaBench, FinMCP) shares.
 
-- `BenchPolicy`: the model side of a benchmark. Benchmarks talk chat messages + OpenAI tool schemas, not
-  token ids: `reply(messages, tools) -> AssistantReply` (text and/or parsed tool calls). Implemented by
-  `envace.engines.openai_client.OpenAIPolicy` (any OpenAI-compatible endpoint: vLLM, `envace serve`) and
-  `envace.engines.chat_model.HFChatPolicy` (a local HF model dir, no HTTP). The same protocol serves a
-  user simulator.
+- `BenchPolicy` (defined in `envace.engines.reply`): the model side of a benchmark,
+  `reply(messages, tools) -> AssistantReply`.
 - `Benchmark`: `name` and `run(policy, *, limit, k, seed) -> BenchmarkResult`.
 - `BenchmarkResult`: per-category scores, group scores, the headline number (`overall`), every departure
   from the official setup, the models used (policy / user simulator / judge), k, and per-entry records.
@@ -24,47 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from envace.types import ErrorCode, ToolCall
-
-
-@dataclass
-class AssistantReply:
-    """One assistant turn produced by a policy. Malformed model output is classified in `parse_error`
-    (the calls are then empty and `content` holds the raw text), never raised."""
-
-    content: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    finish_reason: str = "stop"
-    usage: dict[str, int] = field(default_factory=dict)
-    parse_error: ErrorCode | None = None
-    detail: str = ""
-    reasoning: str = ""  # reasoning text the server split off (vLLM reasoning parser / <think>)
-
-    def to_message(self) -> dict[str, Any]:
-        """The OpenAI assistant message to append to the chat history (arguments as JSON strings, every
-        call with an id so tool results can refer to it)."""
-        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.tool_calls:
-            msg["tool_calls"] = [
-                {"id": c.id or f"call_{i}", "type": "function",
-                 "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
-                for i, c in enumerate(self.tool_calls)]
-        return msg
-
-
-@runtime_checkable
-class BenchPolicy(Protocol):
-    """The model under evaluation (or a user simulator): chat messages + tools in, one reply out.
-
-    `context` says where in a benchmark the call is made (benchmark, entry id, category, sample, turn,
-    step). Real policies must ignore it; scripted test policies (gold replay) use it to find their answer.
-    Transport failures (server unreachable after retries) raise; bad model output does not.
-    """
-
-    name: str
-
-    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int | None = None,
-              context: Mapping[str, Any] | None = None) -> AssistantReply: ...
+from envace.engines.reply import BenchPolicy
 
 
 @dataclass

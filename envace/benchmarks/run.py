@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from envace.benchmarks.base import BenchmarkResult, BenchPolicy, available_benchmarks, get_benchmark
+from envace.benchmarks.base import BenchmarkResult, available_benchmarks, get_benchmark
+from envace.engines.reply import BenchPolicy
 from envace.benchmarks.overall import overall_report
 from envace.rollout.tts import TTSConfig, check_tts
 from envace.rollout.tts_chat import TTSPolicy

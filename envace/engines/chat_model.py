@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envace.benchmarks.base import AssistantReply
+from envace.engines.reply import AssistantReply
 from envace.engines.base import GenerationEngine, GenRequest
 from envace.roles.act import END_MARKERS
 from envace.toolcall import parse_tool_calls

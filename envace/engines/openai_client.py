@@ -11,7 +11,7 @@ used for the policy under evaluation, the user simulator and the judge.
   5xx; `Retry-After` honoured up to 30 s) but not 4xx; after the last try `ChatClientError` names the URL,
   the status and the server's message.
 - `complete(messages, json_schema=..., temperature=...) -> str` is the shape the checklist judge's
-  `ChatBackend` expects; `OpenAIPolicy` adapts the client to `envace.benchmarks.base.BenchPolicy`.
+  `ChatBackend` expects; `OpenAIPolicy` adapts the client to `envace.engines.reply.BenchPolicy`.
 
 Departure from the OpenAI SDK: no streaming, and `temperature` defaults to 0 (evaluation and judging want
 determinism; the API's own default is 1).
@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from envace.benchmarks.base import AssistantReply
+from envace.engines.reply import AssistantReply
 from envace.secrets import api_key_from_env, mask_text
 from envace.toolcall import parse_tool_calls, strip_think
 from envace.types import ErrorCode, ToolCall

@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from envace.benchmarks.base import AssistantReply, BenchPolicy
+from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.engines.base import GenRequest, GenResult
 from envace.toolcall import render_tool_call
 

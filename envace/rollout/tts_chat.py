@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace.benchmarks.base import AssistantReply, BenchPolicy
+from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.config import RolloutConfig, SamplingConfig
 from envace.rollout.chat_engine import ChatPolicyEngine
 from envace.rollout.seeds import derive_seed

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from envace.benchmarks.base import AssistantReply
+from envace.engines.reply import AssistantReply
 from envace.benchmarks.bfcl.benchmark import run_entry
 from envace.benchmarks.bfcl.data import load_category
 from envace.benchmarks.bfcl.gold import BFCLGoldPolicy

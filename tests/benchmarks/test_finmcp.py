@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from envace.benchmarks.base import AssistantReply
+from envace.engines.reply import AssistantReply
 from envace.benchmarks.finmcp.benchmark import FinMCPBenchmark
 from envace.benchmarks.finmcp.data import FinMCPDataError, load_records, load_tool_schemas
 from envace.benchmarks.finmcp.replay import MISS_PAYLOAD

@@ -12,7 +12,8 @@ import json
 import pytest
 import torch
 
-from envace.benchmarks.base import AssistantReply, BenchmarkResult, CategoryScore
+from envace.benchmarks.base import BenchmarkResult, CategoryScore
+from envace.engines.reply import AssistantReply
 from envace.benchmarks.overall import overall_report
 from envace.benchmarks.run import run_benchmarks
 from envace.types import ToolCall

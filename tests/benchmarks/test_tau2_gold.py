@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from envace.benchmarks.base import AssistantReply
+from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from envace.benchmarks.base import AssistantReply
+from envace.engines.reply import AssistantReply
 from envace.benchmarks.vita.benchmark import VitaBenchmark
 from envace.benchmarks.vita.data import VitaDataError, VitaTask, load_tasks, rubrics_of
 from envace.benchmarks.vita.judge import RubricJudge, format_window, sliding_windows

@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from envace.benchmarks.base import AssistantReply, BenchPolicy
+from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.engines.openai_client import ChatClientError, OpenAIChatClient, OpenAIPolicy, parse_choice
 from envace.engines.server import background_server
 from envace.types import ErrorCode, ToolCall

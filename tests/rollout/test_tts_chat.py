@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 
-from envace.benchmarks.base import AssistantReply
+from envace.engines.reply import AssistantReply
 from envace.config import RolloutConfig, SamplingConfig
 from envace.roles.prompts import SEC_CURRENT
 from envace.rollout.chat_engine import openai_messages

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from envace.benchmarks.base import AssistantReply
+from envace.engines.reply import AssistantReply
 from envace.roles.prompts import SEC_CURRENT
 from envace.rollout.tts import TTSConfig
 from envace.rollout.tts_chat import TTSPolicy

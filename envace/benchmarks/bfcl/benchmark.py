@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from envace.benchmarks.base import BenchmarkResult, BenchPolicy, CategoryScore
+from envace.benchmarks.base import BenchmarkResult, CategoryScore
+from envace.engines.reply import BenchPolicy
 from envace.benchmarks.bfcl.compat import CHECKER_MODEL, load_bfcl
 from envace.benchmarks.bfcl.data import AGENTIC, NOT_RUNNABLE_REASON, RUNNABLE, BFCLEntry, category_kind, load_category
 from envace.benchmarks.bfcl.runner import infer, make_handler, release_instances

@@ -20,7 +20,7 @@ import ast
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from envace.benchmarks.base import AssistantReply
+from envace.engines.reply import AssistantReply
 from envace.benchmarks.bfcl.data import IRRELEVANCE, BFCLEntry
 from envace.types import ToolCall
 

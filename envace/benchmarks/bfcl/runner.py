@@ -32,7 +32,7 @@ from copy import deepcopy
 from functools import lru_cache
 from typing import Any
 
-from envace.benchmarks.base import AssistantReply, BenchPolicy
+from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.benchmarks.bfcl.compat import load_bfcl
 from envace.benchmarks.bfcl.data import BFCLEntry
 from envace.rollout.seeds import derive_seed

@@ -16,7 +16,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from envace.benchmarks.base import BenchmarkResult, BenchPolicy, CategoryScore
+from envace.benchmarks.base import BenchmarkResult, CategoryScore
+from envace.engines.reply import BenchPolicy
 from envace.benchmarks.finmcp.data import FinMCPRecord, load_records, load_tool_schemas, synthesise_schemas
 from envace.benchmarks.finmcp.metrics import SampleCounts, aggregate, breakdown, tool_names
 from envace.benchmarks.finmcp.replay import teacher_forced

@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from envace.benchmarks.base import AssistantReply, BenchPolicy
+from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.benchmarks.tau2.loader import Tau2Modules
 from envace.rollout.seeds import derive_seed
 

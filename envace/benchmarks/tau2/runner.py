@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace.benchmarks.base import BenchPolicy
+from envace.engines.reply import BenchPolicy
 from envace.benchmarks.tau2.agents import EmptyTurn, adapter_classes
 from envace.benchmarks.tau2.loader import Tau2Modules
 from envace.rollout.seeds import derive_seed

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envace.benchmarks.base import BenchmarkResult, BenchPolicy, CategoryScore
+from envace.benchmarks.base import BenchmarkResult, CategoryScore
+from envace.engines.reply import BenchPolicy
 from envace.benchmarks.tau2.metrics import avg_at_k, is_success, pass_hat_ks
 from envace.benchmarks.vita.checkout import VitaCheckout
 from envace.benchmarks.vita.data import SETS, language_name, load_tasks

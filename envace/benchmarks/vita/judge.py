@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from envace.benchmarks.base import BenchPolicy
+from envace.engines.reply import BenchPolicy
 from envace.benchmarks.vita.data import VitaTask
 from envace.engines.chat_model import extract_json
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace.benchmarks.base import BenchPolicy
+from envace.engines.reply import BenchPolicy
 from envace.benchmarks.vita.checkout import VitaCheckout
 from envace.benchmarks.vita.data import VitaTask
 from envace.benchmarks.vita.judge import RubricJudge, weekday
