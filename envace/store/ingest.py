@@ -46,6 +46,9 @@ _CHILDREN = ((TurnRow.__table__, "turns", TURN_COLUMNS), (RewardItem.__table__, 
              (FidelityPair.__table__, "pairs", PAIR_COLUMNS),
              (TTSCommit.__table__, "tts_commits", COMMIT_COLUMNS),
              (TTSRehearsal.__table__, "tts_rehearsals", REHEARSAL_COLUMNS))
+# Columns a trajectory bundle may leave out (rows.to_bundle predates them; benchmark_rows.py sets them):
+# filled in here, so every bundle reaches the driver with every column.
+_OPTIONAL = (("benchmark", ""), ("error", None))
 _NAMED = re.compile(r"%\((\w+)\)s")
 _MAX_ROWS_PER_STATEMENT = 500
 
@@ -177,6 +180,11 @@ def insert_bundles(conn: Connection, bundles: list[Bundle]) -> int:
     if not bundles:
         return 0
     bundles = sorted(bundles, key=Bundle.key)
+    for b in bundles:
+        t = b.trajectory
+        for name, default in _OPTIONAL:
+            if name not in t:
+                t[name] = default
     new = _insert_trajectories(conn, bundles)
     if not new:
         return 0

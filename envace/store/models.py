@@ -121,6 +121,11 @@ class TrajectoryRow(Base):
     role_mask: Mapped[int] = mapped_column(sa.Integer, default=0)  # OR of ROLE_BITS of its turns
     reward_breakdown: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # minus the items
     created_at: Mapped[datetime] = mapped_column(Stamp, default=utcnow)
+    # Benchmark trajectories (migration 0003, envace.store.benchmark_rows): the benchmark's name ("" for the
+    # tool world and training) and the task's error message (adapter, environment or the benchmark's own
+    # evaluator failed: the task scores 0 and this says why; NULL when it ran).
+    benchmark: Mapped[str] = mapped_column(sa.String(32), default="", server_default="")
+    error: Mapped[str | None] = mapped_column(sa.Text, nullable=True)
 
     __table_args__ = (
         sa.UniqueConstraint(*NATURAL_KEY, name="uq_trajectories_natural_key"),
@@ -133,6 +138,7 @@ class TrajectoryRow(Base):
         sa.Index("ix_traj_run_mode", "run_id", "mode", "step", "termination", "reward", "role_mask", "id"),
         sa.Index("ix_traj_run_termination", "run_id", "termination", "step", "mode", "reward", "role_mask", "id"),
         sa.Index("ix_traj_run_prompt", "run_id", "prompt_id"),
+        sa.Index("ix_traj_benchmark_run", "benchmark", "run_id"),  # the dashboard's benchmark filter
     )
 
 
