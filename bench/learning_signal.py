@@ -51,7 +51,8 @@ SFT_RECIPE = {"corpus_tasks": 600, "sft_tasks": 3000, "sft_steps": 1400}  # the 
 def make_sft(sft_dir: Path, steps: int, tasks: int, corpus_tasks: int, seed: int = 0) -> dict:
     from envace.models.corpus import world_corpus
     from envace.models.tiny import TinyModelConfig, init_tiny_model
-    from envace.trainers.config import DataConfig, SFTConfig
+    from envace.trainers.config import SFTConfig
+    from envace.data.config import DataConfig
     from envace.trainers.sft import sft
 
     tiny = init_tiny_model(world_corpus(corpus_tasks, seed=seed), sft_dir.parent / "tiny", TinyModelConfig(seed=seed))

@@ -29,7 +29,8 @@ def build_models(out: Path, sft_steps: int, rl_steps: int, seed: int) -> tuple[P
     from envace.models.corpus import world_corpus
     from envace.models.tiny import TinyModelConfig, init_tiny_model
     from envace.trainers.checkpoint import latest_checkpoint
-    from envace.trainers.config import DataConfig, SFTConfig, TrainConfig
+    from envace.trainers.config import SFTConfig, TrainConfig
+    from envace.data.config import DataConfig
     from envace.trainers.embedded import train
     from envace.trainers.sft import sft
 
@@ -67,7 +68,7 @@ def main() -> None:
     from envace.models.loading import load_policy
     from envace.sweeps.results import summarize
     from envace.sweeps.tts_report import tts_markdown, tts_rows, write_tts_report
-    from envace.tasksource import load_tasks
+    from envace.data.tasks import load_tasks
 
     torch.set_num_threads(1)
     out = Path(args.out)

@@ -70,7 +70,7 @@ def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str) -> dict[str, A
     from envace.evaluation.paired import score_tasks
     from envace.engines.factory import make_engine
     from envace.models.loading import load_policy
-    from envace.tasksource import load_tasks
+    from envace.data.tasks import load_tasks
 
     ecfg = EvalConfig(model=str(model_dir), n_tasks=cfg.eval_tasks)
     model, tok = load_policy(model_dir)
@@ -92,7 +92,8 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
     from envace.models.tiny import TinyModelConfig, init_tiny_model
     from envace.tracking.dvc_hash import input_hashes
     from envace.tracking.mlflow_run import start_run
-    from envace.trainers.config import DataConfig, SFTConfig, TrainConfig, TrackingConfig
+    from envace.trainers.config import SFTConfig, TrainConfig, TrackingConfig
+    from envace.data.config import DataConfig
     from envace.trainers.embedded import train
     from envace.trainers.sft import sft
 
@@ -158,7 +159,7 @@ def _tts_sweep(ckpt_root: Path, cfg: DemoConfig) -> list[dict[str, Any]]:
     from envace.evaluation.world import evaluate_world
     from envace.engines.factory import make_engine
     from envace.models.loading import load_policy
-    from envace.tasksource import load_tasks
+    from envace.data.tasks import load_tasks
     from envace.trainers.checkpoint import latest_checkpoint
 
     model, tok = load_policy(latest_checkpoint(ckpt_root).model_dir("policy"))

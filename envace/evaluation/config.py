@@ -8,7 +8,8 @@ from pydantic import Field
 
 from envace.config import BaseConfig, RolloutConfig, SamplingConfig
 from envace.rollout.tts_private import TTSConfig
-from envace.trainers.config import DataConfig, TrackingConfig
+from envace.trainers.config import TrackingConfig
+from envace.data.config import DataConfig
 
 
 def _eval_rollout() -> RolloutConfig:

@@ -62,7 +62,8 @@ def build_sft(spec: SFTSpec) -> dict[str, Any]:
         return {"out": spec.out, "model": str(spec.model_dir()), "key": key, "cached": True, "wall_s": 0.0}
     from envace.models.corpus import world_corpus
     from envace.models.tiny import TinyModelConfig, init_tiny_model
-    from envace.trainers.config import DataConfig, SFTConfig
+    from envace.trainers.config import SFTConfig
+    from envace.data.config import DataConfig
     from envace.trainers.sft import sft
 
     out = Path(spec.out)

@@ -41,7 +41,7 @@ from envace.trainers.schedule import lr_at, set_lr
 from envace.trainers.shadow import shadow_metrics, shadow_replay
 from envace.trainers.tracking import RunTracker
 from envace.trainers.update import policy_update, role_rows
-from envace.tasksource import load_tasks
+from envace.data.tasks import load_tasks
 from envace.tracking.gitinfo import git_commit
 from envace.types import Mode, Role, Task, Trajectory
 

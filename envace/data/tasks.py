@@ -3,7 +3,7 @@ parquet rows. One function so every entry point (SFT, train, eval, flows) reads 
 
 from __future__ import annotations
 
-from envace.trainers.config import DataConfig
+from envace.data.config import DataConfig
 from envace.types import Task
 
 
