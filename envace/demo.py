@@ -92,7 +92,8 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
     from envace.models.tiny import TinyModelConfig, init_tiny_model
     from envace.tracking.dvc_hash import input_hashes
     from envace.tracking.mlflow_run import start_run
-    from envace.trainers.config import SFTConfig, TrainConfig, TrackingConfig
+    from envace.trainers.config import SFTConfig, TrainConfig
+    from envace.tracking.config import TrackingConfig
     from envace.data.config import DataConfig
     from envace.trainers.embedded import train
     from envace.trainers.sft import sft

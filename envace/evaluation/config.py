@@ -8,7 +8,7 @@ from pydantic import Field
 
 from envace.config import BaseConfig, RolloutConfig, SamplingConfig
 from envace.rollout.tts_private import TTSConfig
-from envace.trainers.config import TrackingConfig
+from envace.tracking.config import TrackingConfig
 from envace.data.config import DataConfig
 
 

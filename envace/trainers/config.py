@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from envace.config import BaseConfig, ConfigError, RolloutConfig
 from envace.data.config import DataConfig
+from envace.tracking.config import TrackingConfig
 
 
 class AlgoConfig(BaseConfig):
@@ -67,14 +68,6 @@ class ToyRewardConfig(BaseConfig):
         "first_call_tool", description="1 when the first Act call names `target`, or when a final reply contains the "
                                        "word `target`; else 0.")
     target: str = Field("get_balance", min_length=1, description="Tool name or word the toy reward looks for.")
-
-
-class TrackingConfig(BaseConfig):
-    store_url: str | None = Field(None, description="Trajectory store (path or SQLAlchemy URL); None = <out_dir>/store.db.")
-    mlflow_uri: str | None = Field(None, description="MLflow tracking URI; None = sqlite under <out_dir>/../mlflow.")
-    experiment: str = Field("envace", description="MLflow experiment name.")
-    enabled: bool = Field(True, description="Log to MLflow and the store.")
-    parent_run_id: str | None = Field(None, description="MLflow parent run (sweeps).")
 
 
 class TrainConfig(BaseConfig):

@@ -1,0 +1,16 @@
+"""Where a run logs (`TrackingConfig`): the MLflow URI and experiment, and the trajectory store. Embedded in
+the train and eval configs; read by `envace.trainers.tracking` and the evaluation run."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from envace.config import BaseConfig
+
+
+class TrackingConfig(BaseConfig):
+    store_url: str | None = Field(None, description="Trajectory store (path or SQLAlchemy URL); None = <out_dir>/store.db.")
+    mlflow_uri: str | None = Field(None, description="MLflow tracking URI; None = sqlite under <out_dir>/../mlflow.")
+    experiment: str = Field("envace", description="MLflow experiment name.")
+    enabled: bool = Field(True, description="Log to MLflow and the store.")
+    parent_run_id: str | None = Field(None, description="MLflow parent run (sweeps).")
