@@ -10,18 +10,27 @@
 
 Scores are fractions in [0, 1]; `report.py` prints percentages. Avg@k is the mean success over all
 (entry, sample) pairs, which equals the mean over samples of each sample's accuracy.
+
+Records are plain JSON (`jsonable`): one dict per (entry, sample) with at least `id`, `category`,
+`sample`, `seed`, `valid`, `task_error` (None, or the `errors.TaskError` of a task that raised: it
+scores as a failure) and, where the benchmark has a conversation, `messages` (OpenAI chat dicts).
+`to_dict` / `save` write nothing but JSON types, so `json.load` reads every record back.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import importlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from enum import Enum
+from pathlib import Path, PurePath
 from typing import Any, Protocol, runtime_checkable
 
 from envace.engines.reply import BenchPolicy
+from envace.benchmarks.errors import summarize, summary_line
 
 
 @dataclass
@@ -53,7 +62,22 @@ class BenchmarkResult:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain JSON types only (records included): `json.loads(json.dumps(r.to_dict()))` is equal to it."""
+        return jsonable(asdict(self))
+
+    def note_task_errors(self) -> dict[str, Any]:
+        """Count the records' task errors by cause into `meta["task_errors"]` and, when any, add the
+        summary line to the departures (the score counts them as failures). Returns the summary."""
+        summary = summarize(self.records)
+        self.meta["task_errors"] = summary
+        line = summary_line(self.benchmark, summary)
+        if summary["count"] and line not in self.departures:
+            self.departures.append(line)
+        return summary
+
+    def error_summary(self) -> str:
+        """One line: how many tasks errored and why."""
+        return summary_line(self.benchmark, self.meta.get("task_errors") or summarize(self.records))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "BenchmarkResult":
@@ -65,12 +89,43 @@ class BenchmarkResult:
         """Write the result as JSON (records included)."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(self.to_dict(), indent=1, ensure_ascii=False, default=str))
+        p.write_text(json.dumps(self.to_dict(), indent=1, ensure_ascii=False))
         return p
 
     @classmethod
     def load(cls, path: str | Path) -> "BenchmarkResult":
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def jsonable(obj: Any, *, strict: bool = False, _path: str = "$") -> Any:
+    """`obj` as plain JSON data: dataclasses (via their `to_dict` when they have one), pydantic models,
+    enums, paths, dates, tuples / sets and numpy scalars / arrays are converted, mapping keys become
+    strings. Anything else is its `str` (strict: a TypeError naming where it sits), never a repr of a
+    container, so nested results stay readable records."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, Enum):
+        return jsonable(obj.value, strict=strict, _path=_path)
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v, strict=strict, _path=f"{_path}.{k}") for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = sorted(obj, key=repr) if isinstance(obj, (set, frozenset)) else obj
+        return [jsonable(v, strict=strict, _path=f"{_path}[{i}]") for i, v in enumerate(items)]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        data = obj.to_dict() if callable(getattr(obj, "to_dict", None)) else {
+            f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        return jsonable(data, strict=strict, _path=_path)
+    if callable(getattr(obj, "model_dump", None)):  # pydantic models (τ² messages, reward info)
+        return jsonable(obj.model_dump(mode="json"), strict=strict, _path=_path)
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if isinstance(obj, (dt.datetime, dt.date, dt.time)):
+        return obj.isoformat()
+    if callable(getattr(obj, "tolist", None)):  # numpy arrays and scalars, torch tensors
+        return jsonable(obj.tolist(), strict=strict, _path=_path)
+    if strict:
+        raise TypeError(f"{_path}: a {type(obj).__name__} is not JSON data; convert it before recording it")
+    return str(obj)
 
 
 @runtime_checkable

@@ -80,7 +80,9 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         store.close(None)  # committed; finished once MLflow has the run
         results["store_run_id"] = store.run_id
     results["wall_s"] = time.perf_counter() - t0
-    (out / "eval.json").write_text(json.dumps(results, indent=2, default=str))
+    from envace.benchmarks.base import jsonable  # BenchmarkResults as plain JSON records, never their repr
+
+    (out / "eval.json").write_text(json.dumps(jsonable(results), indent=2))
     results["written_to"] = str(out / "eval.json")
     if cfg.tracking.enabled:
         results["mlflow_run_id"] = _log_to_mlflow(cfg, results, out)

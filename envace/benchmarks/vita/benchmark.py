@@ -19,7 +19,8 @@ from envace.benchmarks.base import BenchmarkResult, CategoryScore
 from envace.engines.reply import BenchPolicy
 from envace.benchmarks.tau2.metrics import avg_at_k, is_success, pass_hat_ks
 from envace.benchmarks.vita.checkout import VitaCheckout
-from envace.benchmarks.vita.data import SETS, language_name, load_tasks
+from envace.benchmarks.errors import TaskError, TaskStage, failed_record
+from envace.benchmarks.vita.data import SETS, BadTask, language_name, load_task_entries
 from envace.benchmarks.vita.judge import RubricJudge
 from envace.benchmarks.vita.runner import run_task
 
@@ -54,10 +55,16 @@ class VitaBenchmark:
         cats: dict[str, CategoryScore] = {}
         groups: dict[str, float | None] = {}
         for s in self.sets:
-            tasks = load_tasks(self.checkout.root, s, self.checkout.language)[: limit if limit is not None else None]
+            tasks = load_task_entries(self.checkout.root, s, self.checkout.language)[: limit if limit is not None
+                                                                                         else None]
             by_task: dict[str, list[float]] = {}
             for sample in range(k):
                 for task in tasks:
+                    if isinstance(task, BadTask):  # unreadable: an error of that task, the others still run
+                        records.append(failed_record(task.id, s, sample, seed,
+                                                     TaskError.of(TaskStage.ADAPTER, task.error)))
+                        by_task.setdefault(task.id, []).append(0.0)
+                        continue
                     run = run_task(self.checkout, task, policy, user, self.judge, sample=sample, seed=seed,
                                    max_steps=self.max_steps, max_errors=self.max_errors)
                     records.append(run.record())
@@ -77,6 +84,7 @@ class VitaBenchmark:
             records=records, meta={"checkout": str(self.checkout.root), "language": self.checkout.language,
                                    "official_judge_prompt": self.judge.official_template,
                                    "window_size": self.judge.window_size, "overlap": self.judge.overlap})
+        result.note_task_errors()
         if self.out_dir is not None:
             result.save(self.out_dir / f"vita_{uuid.uuid4().hex[:8]}.json")
         return result

@@ -4,8 +4,11 @@
   prompt (`agent_system_prompt`, with `{time}`), the user simulator's (`user_system_prompt`, with
   `{persona}` / `{instructions}`) and the judge's (`sliding_window_eval_template`). Missing files fall back
   to None (the caller uses its paraphrase and records the departure).
-- Environments: each task embeds its DB. As VitaBench's `run_task`: a single-domain task builds
-  `vita.domains.<domain>.environment.get_environment(task.environment, language)`, a cross-domain one
+- Environments: each task embeds its DB. As VitaBench's `run_task`, the domain is the task set's
+  (`data.set_domain`: the `--domain` VitaBench runs that set under, never the task's `domain` label):
+  a single domain builds its registered environment, which VitaBench's registry maps to
+  `vita.domains.<domain>.environment.get_environment(task.environment, language)` (imported directly:
+  `vita.registry` would import VitaBench's agents and LLM client too); the merged cross domain builds
   `vita.environment.environment.get_cross_environment(domain, task.environment, language)`. Tool calls go
   through the environment's `get_response(vita.data_model.message.ToolCall)` (which turns tool
   exceptions into error results), tools are listed by `get_tools()` (`.openai_schema`).
@@ -29,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from envace.benchmarks.vita.data import VitaTask
+from envace.benchmarks.vita.data import ENV_DOMAINS, VitaTask
 
 PROMPTS = ("agent_system_prompt", "user_system_prompt", "sliding_window_eval_template")
 
@@ -85,10 +88,15 @@ class VitaCheckout:
                                   f"json-repair requests pandas)") from exc
 
     def environment(self, task: VitaTask) -> Any:
-        if "," in task.domain:
+        names = task.domain.split(",")
+        unknown = [n for n in names if n not in ENV_DOMAINS]
+        if unknown:  # only registered names ever reach an import
+            raise ValueError(f"task {task.id}: domain {task.domain!r} names no VitaBench environment "
+                             f"({list(ENV_DOMAINS)}); resolve it from the task set (data.set_domain)")
+        if len(names) > 1:
             return self._import("vita.environment.environment").get_cross_environment(
                 task.domain, task.environment, self.language)
-        return self._import(f"vita.domains.{task.domain}.environment").get_environment(task.environment, self.language)
+        return self._import(f"vita.domains.{names[0]}.environment").get_environment(task.environment, self.language)
 
     def tool_call(self, name: str, arguments: dict[str, Any], call_id: str) -> Any:
         return self._import("vita.data_model.message").ToolCall(id=call_id, name=name, arguments=arguments)

@@ -6,6 +6,13 @@ Layout read: `<checkout>/data/vita/domains/<set>/tasks.json` (Chinese, the defau
 message_history?, evaluation_criteria: {expected_states: [{state_rubrics, ...}], overall_rubrics}}`.
 The rubrics are the state rubrics of every expected state then the overall rubrics, each kept once in
 first-seen order (VitaBench's rubric-state initialisation).
+
+Domains are resolved as VitaBench resolves them: its runner takes the domain from its command line
+(`--domain delivery`; the default `delivery,instore,ota` selects the cross_domain task set) and looks
+each name up in its registry of environments (delivery, instore, ota); the task file is chosen by task
+set and language. A task's own `domain` field is a free-text label (real English instore tasks carry
+"in-store consumption" or "in-store") and is never used to build an environment; it is kept as
+`domain_label`.
 """
 
 from __future__ import annotations
@@ -17,7 +24,10 @@ from typing import Any
 
 SETS = ("delivery", "instore", "ota", "cross_domain")
 LANGUAGES = {"en": "english", "english": "english", "zh": "chinese", "chinese": "chinese"}
-CROSS_DOMAIN = "delivery,instore,ota"
+ENV_DOMAINS = ("delivery", "instore", "ota")  # the environments VitaBench's registry holds
+CROSS_DOMAIN = ",".join(ENV_DOMAINS)  # VitaBench's default --domain: every environment merged
+# The --domain VitaBench is run with for each task set (its cross_domain set runs under the merged domain).
+SET_DOMAIN = {"delivery": "delivery", "instore": "instore", "ota": "ota", "cross_domain": CROSS_DOMAIN}
 
 
 class VitaDataError(ValueError):
@@ -28,7 +38,7 @@ class VitaDataError(ValueError):
 class VitaTask:
     id: str
     set: str
-    domain: str  # a domain name, or "delivery,instore,ota" for cross-domain tasks
+    domain: str  # the environment domain(s) VitaBench runs the set under: a name, or "delivery,instore,ota"
     instructions: str
     persona: str
     environment: dict[str, Any]
@@ -36,6 +46,7 @@ class VitaTask:
     message_history: list[dict[str, Any]] = field(default_factory=list)
     has_criteria: bool = True
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    domain_label: str = ""  # the task's own `domain` field (free text, never resolved)
 
     @property
     def time(self) -> str:
@@ -47,6 +58,14 @@ def language_name(language: str) -> str:
         return LANGUAGES[language]
     except KeyError:
         raise VitaDataError(f"language {language!r} is not one of {sorted(LANGUAGES)}") from None
+
+
+def set_domain(set_name: str) -> str:
+    """The environment domain(s) of a task set, as VitaBench's `--domain` names them."""
+    try:
+        return SET_DOMAIN[set_name]
+    except KeyError:
+        raise VitaDataError(f"VitaBench set {set_name!r} is not one of {list(SETS)}") from None
 
 
 def tasks_file(checkout: str | Path, set_name: str, language: str) -> Path:
@@ -89,15 +108,34 @@ def _task(where: str, set_name: str, raw: Any) -> VitaTask:
     if criteria is not None and not isinstance(criteria, dict):
         raise VitaDataError(f"{where}: field 'evaluation_criteria' must be an object")
     profile = scenario.get("user_profile", "")
-    domain = raw.get("domain") or (CROSS_DOMAIN if set_name == "cross_domain" else set_name)
-    return VitaTask(id=tid, set=set_name, domain=str(domain), instructions=raw["instructions"],
+    return VitaTask(id=tid, set=set_name, domain=set_domain(set_name), domain_label=str(raw.get("domain") or ""),
+                    instructions=raw["instructions"],
                     persona=profile if isinstance(profile, str) else json.dumps(profile, ensure_ascii=False),
                     environment=env, rubrics=rubrics_of(criteria),
                     message_history=list(raw.get("message_history") or []),
                     has_criteria=criteria is not None, raw=raw)
 
 
+@dataclass
+class BadTask:
+    """A task of the file that cannot be read: run as an error (adapter stage), never dropped silently."""
+
+    id: str  # its `id` when it has one, else "#<index>"
+    error: VitaDataError
+
+
 def load_tasks(checkout: str | Path, set_name: str, language: str = "en") -> list[VitaTask]:
+    """Every task of the set's file; the first malformed task raises (see `load_task_entries`)."""
+    out = load_task_entries(checkout, set_name, language)
+    bad = next((t for t in out if isinstance(t, BadTask)), None)
+    if bad is not None:
+        raise bad.error
+    return out  # type: ignore[return-value]
+
+
+def load_task_entries(checkout: str | Path, set_name: str, language: str = "en") -> list[VitaTask | BadTask]:
+    """Every task of the set's file in order; a malformed task is a `BadTask` in its place (the file
+    itself missing or not a JSON array raises)."""
     path = tasks_file(checkout, set_name, language)
     if not path.is_file():
         raise VitaDataError(f"{path}: not found; pass the root of a clone of github.com/meituan-longcat/vitabench "
@@ -108,4 +146,11 @@ def load_tasks(checkout: str | Path, set_name: str, language: str = "en") -> lis
         raise VitaDataError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(items, list):
         raise VitaDataError(f"{path}: expected a JSON array of tasks")
-    return [_task(f"{path} task {i}", set_name, t) for i, t in enumerate(items)]
+    out: list[VitaTask | BadTask] = []
+    for i, raw in enumerate(items):
+        try:
+            out.append(_task(f"{path} task {i}", set_name, raw))
+        except VitaDataError as exc:
+            tid = raw.get("id") if isinstance(raw, dict) else None
+            out.append(BadTask(str(tid) if tid else f"#{i}", exc))
+    return out

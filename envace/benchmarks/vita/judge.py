@@ -144,6 +144,7 @@ class JudgeResult:
     windows: list[tuple[int, int]] = field(default_factory=list)
     states: dict[str, dict[str, Any]] = field(default_factory=dict)
     unparsed_windows: int = 0
+    transcript: list[dict[str, Any]] = field(default_factory=list)  # per window: the judge's prompt and reply
 
 
 class RubricJudge:
@@ -163,14 +164,17 @@ class RubricJudge:
         env_info = {"system_time": f"{task.time} {weekday(task.time, self.language)}".strip(), "database": []}
         windows = sliding_windows(len(messages), self.window_size, self.overlap)
         unparsed = 0
+        transcript: list[dict[str, Any]] = []
         for w, (start, end) in enumerate(windows):
             system = self.template.format(env_info=env_info, user_instruction=task.instructions,
                                           window_idx=w + 1, total_windows=len(windows))
             rubrics = json.dumps([{"rubric_idx": k, **v} for k, v in states.items()], ensure_ascii=False, indent=2)
             user = (f"# Input\n<window_content>\n{format_window(list(messages[start:end]), start)}\n</window_content>"
                     f"\n\n<current_rubrics>\n{rubrics}\n</current_rubrics>")
-            verdicts = parse_verdicts(self.backend.complete([{"role": "system", "content": system},
-                                                             {"role": "user", "content": user}]))
+            prompt = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+            text = self.backend.complete(prompt)
+            transcript.append({"window": w + 1, "messages": prompt + [{"role": "assistant", "content": text}]})
+            verdicts = parse_verdicts(text)
             if verdicts is None:
                 unparsed += 1
                 continue
@@ -180,4 +184,5 @@ class RubricJudge:
                     states[key]["justification"] = str(v.get("justification", "No justification provided"))
                     states[key]["meetExpectation"] = _met(v.get("meetExpectation"), states[key]["meetExpectation"])
         met = [bool(s["meetExpectation"]) for s in states.values()]
-        return JudgeResult(1.0 if all(met) else 0.0, met, sum(met) / len(met), windows, states, unparsed)
+        return JudgeResult(1.0 if all(met) else 0.0, met, sum(met) / len(met), windows, states, unparsed,
+                           transcript)

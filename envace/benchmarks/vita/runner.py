@@ -10,7 +10,9 @@ with ###STOP###; `max_steps` counts every message (300), `max_errors` failed too
 errors, max steps and an invalid agent message score 0 without a judge call; otherwise the judge scores
 the whole conversation. Departures: the loop is ours (VitaBench's calls its own HTTP client); a user
 reply with no text ends the run as USER_ERROR scoring 0 (VitaBench raises and drops the run); user
-tool calls are ignored (VitaBench users have no tools).
+tool calls are ignored (VitaBench users have no tools); an exception anywhere in the task (environment
+construction or a tool, a model call, the judge, our loop) is the run's `TaskError` with the messages so
+far, scoring 0 (VitaBench retries the task 3 times, then raises and ends its run).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace.engines.reply import BenchPolicy
+from envace.benchmarks.errors import StagedPolicy, StageTracker, TaskError, TaskStage
 from envace.benchmarks.vita.checkout import VitaCheckout
 from envace.benchmarks.vita.data import VitaTask
 from envace.benchmarks.vita.judge import RubricJudge, weekday
@@ -49,12 +52,18 @@ class VitaRun:
     n_messages: int
     n_windows: int
     seconds: float
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # OpenAI chat dicts, agent system prompt first
+    judge_messages: list[dict[str, Any]] = field(default_factory=list)  # the judge's prompt + reply, each with "window"
+    seed: int = 0
+    error: TaskError | None = None  # the task raised: reward 0 (errors.py)
 
     def record(self) -> dict[str, Any]:
-        return {"id": self.task_id, "category": self.set, "sample": self.sample, "reward": self.reward,
-                "valid": self.reward == 1.0, "termination": self.termination, "rubric_fraction": self.fraction,
-                "n_messages": self.n_messages, "n_windows": self.n_windows, "seconds": self.seconds}
+        return {"id": self.task_id, "category": self.set, "sample": self.sample, "seed": self.seed,
+                "reward": self.reward, "valid": self.error is None and self.reward == 1.0,
+                "termination": self.termination, "rubric_fraction": self.fraction, "n_messages": self.n_messages,
+                "n_windows": self.n_windows, "seconds": self.seconds,
+                "task_error": None if self.error is None else self.error.to_dict(),
+                "messages": self.messages, "judge_messages": self.judge_messages}
 
 
 def _flip(traj: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -69,19 +78,34 @@ def _flip(traj: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_task(checkout: VitaCheckout, task: VitaTask, agent: BenchPolicy, user: BenchPolicy, judge: RubricJudge, *,
-             sample: int = 0, seed: int = 0, max_steps: int = 300, max_errors: int = 10,
-             keep_messages: bool = False) -> VitaRun:
+             sample: int = 0, seed: int = 0, max_steps: int = 300, max_errors: int = 10) -> VitaRun:
+    """One run of one task; never raises an `Exception` (a failure is the run's `error`, reward 0)."""
+    start = time.perf_counter()
+    tracker = StageTracker()
+    traj: list[dict[str, Any]] = []
+    try:
+        return _run(checkout, task, StagedPolicy(agent, tracker), StagedPolicy(user, tracker), judge, tracker, traj,
+                    sample=sample, seed=seed, max_steps=max_steps, max_errors=max_errors)
+    except Exception as exc:  # noqa: BLE001 - one task's failure is recorded, the benchmark goes on
+        return VitaRun(task.id, task.set, sample, 0.0, "task_error", 0.0, len(traj), 0, time.perf_counter() - start,
+                       list(traj), seed=seed, error=tracker.error(exc))
+
+
+def _run(checkout: VitaCheckout, task: VitaTask, agent: StagedPolicy, user: StagedPolicy, judge: RubricJudge,
+         tracker: StageTracker, traj: list[dict[str, Any]], *, sample: int, seed: int, max_steps: int,
+         max_errors: int) -> VitaRun:
     start = time.perf_counter()
     lang = checkout.language
+    tracker.stage = TaskStage.ENVIRONMENT
     env = checkout.environment(task)
     tools = [t.openai_schema for t in env.get_tools()]
     policy = env.get_policy() if isinstance(env.get_policy(), str) else None
+    tracker.stage = TaskStage.ADAPTER
     agent_sys = (policy or checkout.prompt("agent_system_prompt") or FALLBACK_AGENT).format(
         time=f"{task.time} {weekday(task.time, lang)}".strip())
     user_sys = (checkout.prompt("user_system_prompt") or FALLBACK_USER).format(persona=task.persona,
                                                                               instructions=task.instructions)
-    traj: list[dict[str, Any]] = [dict(m) for m in task.message_history] or \
-        [{"role": "assistant", "content": GREETING[lang]}]
+    traj += [dict(m) for m in task.message_history] or [{"role": "assistant", "content": GREETING[lang]}]
     to = "agent" if traj[-1]["role"] in ("user", "tool") else "user"
     ctx = {"benchmark": "vita", "category": task.set, "entry_id": task.id, "task_id": task.id, "sample": sample}
     steps = errors = 0
@@ -119,8 +143,10 @@ def run_task(checkout: VitaCheckout, task: VitaTask, agent: BenchPolicy, user: B
                 termination = "agent_stop"
             elif r.tool_calls:
                 for c, call in zip(msg["tool_calls"], r.tool_calls):
+                    tracker.stage = TaskStage.ENVIRONMENT
                     with contextlib.redirect_stdout(io.StringIO()):  # VitaBench's tools print their results
                         resp = env.get_response(checkout.tool_call(call.name, dict(call.arguments), c["id"]))
+                    tracker.stage = TaskStage.ADAPTER
                     errors += bool(getattr(resp, "error", False))
                     traj.append({"role": "tool", "tool_call_id": c["id"], "name": call.name,
                                  "content": str(resp.content)})
@@ -131,10 +157,14 @@ def run_task(checkout: VitaCheckout, task: VitaTask, agent: BenchPolicy, user: B
             termination = "max_steps"
         if termination is None and errors >= max_errors:
             termination = "too_many_errors"
+    judged: list[dict[str, Any]] = []
     if termination in PREMATURE:
         reward, fraction, n_windows = 0.0, 0.0, 0
     else:
+        tracker.stage = TaskStage.EVALUATOR
         verdict = judge.judge(task, traj)
+        tracker.stage = TaskStage.ADAPTER
         reward, fraction, n_windows = verdict.reward, verdict.fraction, len(verdict.windows)
+        judged = [{**m, "window": t["window"]} for t in verdict.transcript for m in t["messages"]]
     return VitaRun(task.id, task.set, sample, reward, termination, fraction, len(traj), n_windows,
-                   time.perf_counter() - start, traj if keep_messages else [])
+                   time.perf_counter() - start, [{"role": "system", "content": agent_sys}, *traj], judged, seed)
