@@ -25,7 +25,7 @@ from collections.abc import Callable
 from envace.execution_result import parse_execution_result
 from envace.roles.act import parse_act
 from envace.toolcall import parse_tool_calls, tool_schema
-from envace.tracking.fidelity import parse_rehearsed
+from envace.fidelity import parse_rehearsed
 
 MB = 1_000_000
 TOOLS = [tool_schema("get_stock", {"item": {"type": "string"}})]

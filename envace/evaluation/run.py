@@ -148,7 +148,7 @@ class _EvalStore:
 def eval_metrics(results: dict[str, Any]) -> dict[str, float]:
     """Flat MLflow metrics of an evaluation: world success / reward per domain and rehearsal fidelity
     per tool (`fidelity/<tool>/<score>`)."""
-    from envace.tracking.fidelity import ToolFidelity, fidelity_metric_dict
+    from envace.fidelity import ToolFidelity, fidelity_metric_dict
 
     m: dict[str, float] = {}
     world = results.get("world")

@@ -14,6 +14,7 @@ silent 0) and the episode is to be marked JUDGE_ERROR.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from envace.types import ChecklistItem, Task
@@ -41,12 +42,22 @@ class ItemResult:
     required: bool
 
 
+class JudgeErrorKind(str, Enum):
+    """Why an item went undecided: the reply was not a verdict, the judge backend failed (endpoint
+    unreachable or refusing, local model refusing the request), or the item has no checkable rule."""
+
+    UNPARSEABLE = "unparseable_verdict"
+    BACKEND = "backend_failure"
+    RULE = "no_rule"
+
+
 @dataclass(frozen=True)
 class JudgeFailure:
     turn: int
     item_id: str
     attempts: int
     error: str
+    kind: JudgeErrorKind | None = None  # of the last attempt; None: recorded before kinds existed
 
 
 @dataclass
@@ -68,7 +79,8 @@ class ChecklistScore:
             "num_turns": self.num_turns,
             "items": [{"checklist": r.checklist, "turn": r.turn, "id": r.item_id, "weight": r.weight,
                        "passed": r.passed, "required": r.required} for r in self.items],
-            "judge_error": None if self.judge_error is None else vars(self.judge_error),
+            "judge_error": None if self.judge_error is None else {
+                **vars(self.judge_error), "kind": self.judge_error.kind and self.judge_error.kind.value},
         }
 
 

@@ -7,19 +7,27 @@ every item (an item passes if it passes at any step): here the judge sees the wh
 call instead of one per step, and the item's `focus_on` tells it where to look. A call that raises or
 returns something that is not a verdict is retried with exponential backoff; when all attempts fail
 the episode score is None with a typed `JudgeFailure` (the episode is then JUDGE_ERROR), never 0.
+Each failure is classified (`JudgeErrorKind`): UNPARSEABLE when the backend answered with something that
+is not a verdict, BACKEND when the backend raised (endpoint unreachable or refusing, a local model
+refusing the request); the judge counts failed attempts and failed items per kind for run metrics.
 Later turns are not judged once a required_for_next_turn item has ended the episode.
+
+Backends come from a model slot (`envace.engines.slots.ModelSlot.build_judge`): a local model dir served
+in-process or an OpenAI-compatible endpoint, judged alike.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from envace.rewards.checklist import (
     ChecklistScore,
+    JudgeErrorKind,
     JudgeFailure,
     TurnVerdicts,
     all_checklists,
@@ -131,20 +139,37 @@ class LLMJudge:
         self.settings = settings or JudgeSettings()
         self.sleep = sleep  # injectable so tests do not wait
         self.calls = 0
+        self.failed_attempts: Counter[JudgeErrorKind] = Counter()  # attempts that gave no verdict
+        self.failed_items: Counter[JudgeErrorKind] = Counter()  # items undecided after every attempt
+
+    def metrics(self) -> dict[str, float]:
+        """Counters since construction, as `judge/*` run metrics (the caller takes differences per step)."""
+        m = {"judge/calls": float(self.calls), "judge/failed_items": float(sum(self.failed_items.values()))}
+        for kind in (JudgeErrorKind.UNPARSEABLE, JudgeErrorKind.BACKEND):
+            m[f"judge/failed_attempts_{kind.value}"] = float(self.failed_attempts[kind])
+            m[f"judge/failed_items_{kind.value}"] = float(self.failed_items[kind])
+        return m
 
     def judge_item(self, turns: list[TurnView], turn_index: int, item: ChecklistItem) -> bool:
         s = self.settings
         messages = item_prompt(turns, turn_index, item)
-        last = ""
+        last, kind = "", JudgeErrorKind.BACKEND
         for attempt in range(s.attempts):
             if attempt:
                 self.sleep(min(s.max_delay_s, s.base_delay_s * 2 ** (attempt - 1)))
             self.calls += 1
             try:
-                return parse_verdict(ask(self.backend, messages, VERDICT_SCHEMA, s.temperature))
-            except Exception as exc:  # noqa: BLE001 - transport and parse failures are both retried
-                last = f"{type(exc).__name__}: {exc}"
-        raise JudgeError(JudgeFailure(turn=turn_index, item_id=item.id, attempts=s.attempts, error=last))
+                reply = ask(self.backend, messages, VERDICT_SCHEMA, s.temperature)
+            except Exception as exc:  # noqa: BLE001 - any backend failure is retried, then recorded
+                last, kind = f"{type(exc).__name__}: {exc}", JudgeErrorKind.BACKEND
+            else:
+                try:
+                    return parse_verdict(reply)
+                except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
+                    last, kind = f"{type(exc).__name__}: {exc}", JudgeErrorKind.UNPARSEABLE
+            self.failed_attempts[kind] += 1
+        self.failed_items[kind] += 1
+        raise JudgeError(JudgeFailure(turn=turn_index, item_id=item.id, attempts=s.attempts, error=last, kind=kind))
 
     def score_messages(self, task: Task, messages: list[Message]) -> ChecklistScore:
         sets = all_checklists(task)

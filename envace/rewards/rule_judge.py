@@ -19,6 +19,7 @@ from typing import Any
 from envace.rewards.checklist import (
     ChecklistScore,
     ChecklistSet,
+    JudgeErrorKind,
     JudgeFailure,
     TurnVerdicts,
     all_checklists,
@@ -93,14 +94,16 @@ def score_messages(task: Task, messages: list[Message]) -> ChecklistScore:
                 if not isinstance(rule, dict) or rule.get("kind") not in RULE_KINDS:
                     msg = (f"checklist {c}, turn {t}, item {it.id!r} has no machine-checkable rule "
                            f"(extra_info.rule = {rule!r}); score this task with the LLM judge")
-                    return judge_failed(sets, JudgeFailure(turn=t, item_id=it.id, attempts=0, error=msg))
+                    return judge_failed(sets, JudgeFailure(turn=t, item_id=it.id, attempts=0, error=msg,
+                                                             kind=JudgeErrorKind.RULE))
     turns = split_turns(messages)[: len(sets[0])]
     verdicts: list[TurnVerdicts] = []
     for turn in turns:
         try:
             verdicts.append(judge_turn(sets, turn))
         except RuleError as exc:
-            return judge_failed(sets, JudgeFailure(turn=turn.index, item_id=exc.item_id, attempts=1, error=str(exc)))
+            return judge_failed(sets, JudgeFailure(turn=turn.index, item_id=exc.item_id, attempts=1, error=str(exc),
+                                                  kind=JudgeErrorKind.RULE))
     return score_episode(sets, verdicts)
 
 

@@ -43,7 +43,7 @@ from envace.store.records import (
     TrajectorySummary,
     TurnRecord,
 )
-from envace.tracking.fidelity import ToolFidelity
+from envace.fidelity import ToolFidelity
 from envace.types import Role, TerminationReason
 
 T = TrajectoryRow

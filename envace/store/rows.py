@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from envace.store.models import ROLE_BITS, TrajectoryMode, utcnow
-from envace.tracking.fidelity import parse_rehearsed, score_parsed
+from envace.fidelity import parse_rehearsed, score_parsed
 from envace.types import Mode, Observation, Role, TerminationReason, ToolCall, Trajectory, Turn
 
 

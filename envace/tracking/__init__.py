@@ -1,2 +1,2 @@
 """Experiment tracking: MLflow runs (mlflow_run), git state (gitinfo), DVC-compatible data hashes
-(dvc_hash) and rehearsal-fidelity metrics (fidelity). Import from the submodules: mlflow is heavy."""
+(dvc_hash), run configs (config). Import from the submodules: mlflow is heavy."""

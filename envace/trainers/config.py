@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from envace.config import BaseConfig, ConfigError, RolloutConfig
 from envace.data.config import DataConfig
 from envace.tracking.config import TrackingConfig
+from envace.engines.slots import ModelSlot
 
 
 class AlgoConfig(BaseConfig):
@@ -90,6 +91,14 @@ class TrainConfig(BaseConfig):
     reward: Literal["checklist_rule", "checklist_llm", "env_state", "toy"] = Field(
         "checklist_rule", description="Reward source (toy: the diagnostic reward of `toy_reward`).")
     toy_reward: ToyRewardConfig = Field(default_factory=ToyRewardConfig, description="Used when reward=toy.")
+    judge: ModelSlot | None = Field(None, description="LLM checklist judge (reward=checklist_llm), built once per run: "
+                                    "judge.model_dir=DIR (served in-process) or judge.base_url=URL judge.model=NAME "
+                                    "[judge.api_key_env=VAR]; judge.temperature samples verdicts (reference: 0.6), "
+                                    "judge.max_tokens caps a verdict.")
+    judge_attempts: int = Field(5, ge=1, description="Judge attempts per checklist item before the trajectory is a "
+                                                     "judge error, left out of the baselines (reference: 5).")
+    judge_retry_delay_s: float = Field(1.0, ge=0, description="Wait before judge retry k: delay * 2^(k-1), at most "
+                                                              "30 s (0 for a local judge: waiting does not help it).")
     flip_advantage_sign: bool = Field(False, description="Diagnostic: negate every advantage; a working loop then "
                                                          "drives the reward down.")
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig,
@@ -112,6 +121,12 @@ class TrainConfig(BaseConfig):
         if self.reward == "env_state" and self.rollout.mode == "rehearse":
             raise ConfigError("reward='env_state' reads a real environment, which rehearse mode never touches; "
                               "use reward=checklist_rule (or rollout.mode=env)")
+        if self.reward == "checklist_llm" and self.judge is None:
+            raise ConfigError("reward='checklist_llm' needs a judge: set judge.model_dir=DIR (a local model served "
+                              "in-process) or judge.base_url=URL judge.model=NAME (an OpenAI-compatible endpoint)")
+        if self.judge is not None and self.reward != "checklist_llm":
+            raise ConfigError(f"judge is set but reward={self.reward!r} never asks it; set reward=checklist_llm "
+                              "or judge=null")
         if self.rollout.invalid_call is None:  # one rule for every arm (the reference's differs by mode)
             self.rollout.invalid_call = "observe"
         if self.shadow_monitor and (self.data.source != "world" or self.rollout.mode == "env"):

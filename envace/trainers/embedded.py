@@ -167,13 +167,15 @@ def train(cfg: TrainConfig) -> TrainResult:
     resume = latest_checkpoint(ckpt_root)
     dirs = _initial_dirs(cfg) if resume is None else {n: resume.model_dir(n) for n in _initial_dirs(cfg)}
     pool = load_tasks(cfg.data)  # before the model: a bad data file fails in a second, not after a load
+    # the LLM judge (reward=checklist_llm) is built once per run, before the policy: a missing judge dir or
+    # API-key variable fails at once
+    scorer = RewardScorer.from_config(cfg, device=str(device))
     policy = _Policy(cfg, dirs, device)
     start = 0
     if resume is not None:
         load_optimizer_states(resume, policy.optimizers)
         start = resume.step
     mode = Mode(cfg.rollout.mode)
-    scorer = RewardScorer(cfg.reward, toy_kind=cfg.toy_reward.kind, toy_target=cfg.toy_reward.target)
     simulator = None
     if mode is Mode.SIMULATOR:
         sim_model, _ = load_policy(cfg.rollout.simulator_model, device=device)
@@ -181,7 +183,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     env_factory = scorer.env_factory() if mode is Mode.ENV else None
     tracker = RunTracker(cfg, resume_meta=resume.meta if resume else None)
     tracker.log_engines({n: engine_name(e) for n, e in policy.engines.items()}
-                        | ({"simulator": engine_name(simulator)} if simulator is not None else {}))
+                        | ({"simulator": engine_name(simulator)} if simulator is not None else {})
+                        | ({"judge": scorer.judge_label} if scorer.judge_label else {}))
     result = TrainResult(out_dir=out_dir, last_step=start, mlflow_run_id=tracker.mlflow_run_id)
     bar = _progress(cfg, start)
     try:
@@ -204,6 +207,7 @@ def train(cfg: TrainConfig) -> TrainResult:
             if cfg.dynamic_sampling.enabled:
                 metrics.update(batch.metrics())
             metrics.update(shadow)
+            metrics.update(scorer.judge_metrics())  # judge calls of this step (scoring and shadow replay)
             result.history.append({"step": step, **metrics})
             tracker.log_step(step, metrics, batch.generated)
             result.last_step = step

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from envace.tracking.fidelity import fidelity_metrics
+from envace.fidelity import fidelity_metrics
 from envace.types import ErrorCode, Message, Observation, Role, ToolCall, Trajectory
 
 

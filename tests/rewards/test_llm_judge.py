@@ -12,6 +12,7 @@ import re
 import pytest
 
 from envace.rewards import JudgeSettings, LLMJudge, RewardSource, score_rule, score_trajectory
+from envace.rewards.checklist import JudgeErrorKind
 from envace.rewards.llm_judge import VERDICT_SCHEMA, parse_verdict
 from envace.rewards.rule_judge import check_rule
 from envace.rewards.turns import split_turns
@@ -108,6 +109,9 @@ def test_retries_with_exponential_backoff_then_answers(two_turn, traj):
     assert s.score == 1.0 and s.judge_error is None
     assert backend.n == 3 * n_items and judge.calls == 3 * n_items
     assert sleeps == [0.5, 1.0] * n_items
+    # each item: one transport failure, one unparseable reply, then a verdict; no item failed outright
+    assert judge.failed_attempts == {JudgeErrorKind.BACKEND: n_items, JudgeErrorKind.UNPARSEABLE: n_items}
+    assert not judge.failed_items and judge.metrics()["judge/calls"] == 3 * n_items
 
 
 def test_garbage_is_a_recorded_judge_error_never_a_zero(two_turn, traj):
@@ -118,6 +122,8 @@ def test_garbage_is_a_recorded_judge_error_never_a_zero(two_turn, traj):
     assert s.score is None
     assert s.judge_error.turn == 0 and s.judge_error.item_id == two_turn.checklists[0][0].id
     assert s.judge_error.attempts == 4 and "boolean 'answer'" in s.judge_error.error
+    assert s.judge_error.kind is JudgeErrorKind.UNPARSEABLE and s.breakdown()["judge_error"]["kind"] == "unparseable_verdict"
+    assert judge.failed_items == {JudgeErrorKind.UNPARSEABLE: 1} and judge.metrics()["judge/failed_items"] == 1.0
     assert backend.calls == 4 and sleeps == [1.0, 2.0, 3.0]  # capped at max_delay_s
     t = traj(two_turn)
     r = score_trajectory(t, RewardSource.CHECKLIST_LLM, judge=LLMJudge(GarbageBackend(), sleep=lambda s: None))
@@ -138,6 +144,18 @@ def test_backend_with_complete_is_asked_through_it(two_turn, traj):
 
     s = LLMJudge(ClientLike(table_for(two_turn, two_turn.messages)), sleep=lambda s: None).score(traj(two_turn))
     assert s.score == 1.0
+
+
+def test_a_backend_that_always_raises_is_a_backend_failure(two_turn, traj):
+    class Down:
+        def chat(self, messages, *, json_schema, temperature):
+            raise ConnectionError("judge endpoint refused the connection")
+
+    judge = LLMJudge(Down(), JudgeSettings(attempts=3), sleep=lambda s: None)
+    s = judge.score(traj(two_turn))
+    assert s.score is None and s.judge_error.kind is JudgeErrorKind.BACKEND and s.judge_error.attempts == 3
+    assert "ConnectionError: judge endpoint refused" in s.judge_error.error
+    assert judge.failed_attempts == {JudgeErrorKind.BACKEND: 3} and judge.failed_items == {JudgeErrorKind.BACKEND: 1}
 
 
 def test_parse_verdict():

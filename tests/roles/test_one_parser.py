@@ -13,7 +13,7 @@ from envace.execution_result import parse_execution_result
 from envace.roles import rehearse
 from envace.store.models import TrajectoryMode
 from envace.store.rows import PAIR_COLUMNS, TURN_COLUMNS, to_bundle
-from envace.tracking.fidelity import fidelity_metrics, parse_rehearsed
+from envace.fidelity import fidelity_metrics, parse_rehearsed
 from envace.types import Mode, Observation, Role, Task, ToolCall, Trajectory, Turn
 
 REAL = {"item": "apple", "stock": 5}

@@ -24,7 +24,7 @@ from envace.store.runs import RunInfo
 from envace.store.session import make_engine, read_only_session
 from envace.store.synthetic import WORDS, synthetic_trajectory
 from envace.store.writer import TrajectoryWriter
-from envace.tracking.fidelity import fidelity_metrics
+from envace.fidelity import fidelity_metrics
 from envace.types import Role, TerminationReason
 
 RUNS = ("run-1", "run-2", "run-3")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envace.tracking.fidelity import (
+from envace.fidelity import (
     aggregate_by_tool,
     fidelity_metric_dict,
     fidelity_metrics,
