@@ -18,6 +18,7 @@ from envace.rewards.checklist import ChecklistScore
 from envace.rewards.llm_judge import LLMJudge
 from envace.rewards.rule_judge import score_rule
 from envace.types import Environment, TerminationReason, Trajectory
+from envace.worlds.environment import WorldEnvironment
 
 
 class RewardSource(str, Enum):
@@ -52,8 +53,6 @@ class RewardResult:
 
 def env_state_reward(trajectory: Trajectory, env: Environment | None = None) -> RewardResult:
     """1.0 when the world's end state and the stated answers match the gold ones, else 0.0."""
-    from envace.worlds.environment import WorldEnvironment  # the world imports rewards.turns: import late
-
     if env is None:
         env = WorldEnvironment()
         env.reset(trajectory.task)

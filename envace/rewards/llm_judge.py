@@ -35,7 +35,7 @@ from envace.rewards.checklist import (
     score_episode,
     turn_gate,
 )
-from envace.rewards.turns import TurnView, split_turns
+from envace.conversation import TurnView, split_turns
 from envace.types import ChecklistItem, Message, Task, Trajectory
 
 # Plain JSON Schema of one verdict; the backend wraps it in its API's response_format (named by title).

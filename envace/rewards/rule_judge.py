@@ -27,7 +27,7 @@ from envace.rewards.checklist import (
     score_episode,
     turn_gate,
 )
-from envace.rewards.turns import TurnView, contains_phrase, split_turns
+from envace.conversation import TurnView, contains_phrase, split_turns
 from envace.types import ChecklistItem, Message, Task, Trajectory
 
 RULE_KINDS = ("call", "reply_contains", "call_count", "no_call")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from enum import Enum
 
-from envace.rewards.turns import contains_phrase, split_turns
+from envace.conversation import contains_phrase, split_turns
 from envace.types import ErrorCode, Role, Trajectory
 
 _NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace.rewards.turns import contains_phrase, split_turns
+from envace.conversation import contains_phrase, split_turns
 from envace.toolcall import check_arguments
 from envace.types import ErrorCode, Message, Observation, Role, Task, ToolCall, Trajectory
 from envace.worlds.base import DomainSpec, Toolkit, WorldDB

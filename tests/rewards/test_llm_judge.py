@@ -15,7 +15,7 @@ from envace.rewards import JudgeSettings, LLMJudge, RewardSource, score_rule, sc
 from envace.rewards.checklist import JudgeErrorKind
 from envace.rewards.llm_judge import VERDICT_SCHEMA, parse_verdict
 from envace.rewards.rule_judge import check_rule
-from envace.rewards.turns import split_turns
+from envace.conversation import split_turns
 from envace.types import TerminationReason, ToolCall
 from envace.worlds import generate_tasks
 
