@@ -2,35 +2,32 @@
 rehearsal; results written as JSON beside the model (or to `out_dir`) and, when tracking is on, to one
 MLflow run (metrics + the JSON as an artifact) and to the trajectory store.
 
-Store: one run of kind `eval` (at `tracking.store_url`, default `<out>/store.db`, as for training) holds
-the tool-world trajectories with mode `eval`: step = the evaluation seed, split = the task split for the
-scored episodes and `<split>-fidelity` for the rehearse-mode fidelity pass, keys (prompt, sample) from
-the rollout. Written by the same `TrajectoryWriter` as training, so a re-put key is a no-op.
-With test-time rehearsal (`tts_n > 0`) the scored episodes are stored with mode `tts-commit` and their
-private rehearsals with mode `tts-private`, linked (envace.store.tts).
+Store (envace.evaluation.eval_store): runs of kind `eval`, one per (checkpoint content hash, benchmark,
+protocol) with a deterministic id, so a re-run of the same checkpoint × benchmark × seed adds no row. The
+tool world's run holds its trajectories with mode `eval` (step = the seed, split = the task split, or
+`<split>-fidelity` for the rehearse-mode pass; `tts-commit` / `tts-private` with test-time rehearsal);
+each benchmark's run holds one trajectory per (set, task, attempt) with its messages, score and error.
+The MLflow run is tagged with the checkpoint it scored (`envace.checkpoint.*`, `envace.train_run_id`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from envace.evaluation.config import EvalConfig
+from envace.evaluation.eval_store import EvalStore
 from envace.evaluation.world import evaluate_world
+from envace.tracking.checkpoint_ref import model_dir_of
 
 
 def resolve_model_dir(path: str | Path) -> Path:
     """A model dir, or a `step_*` checkpoint dir (its `policy/` or `act/` model)."""
-    p = Path(path)
-    for sub in ("policy", "act"):
-        if (p / sub / "config.json").is_file():
-            return p / sub
-    return p
+    return model_dir_of(path)  # the same rule names the checkpoint in the store and in MLflow
 
 
 def run_eval(cfg: EvalConfig) -> dict[str, Any]:
@@ -50,7 +47,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     engine = make_engine(model, tok, device=device)
     out = Path(cfg.out_dir) if cfg.out_dir else model_dir.parent / f"eval_{model_dir.name}"
     out.mkdir(parents=True, exist_ok=True)
-    store = _EvalStore(cfg, model_dir, out) if cfg.tracking.enabled and "world" in cfg.benchmarks else None
+    store = EvalStore(cfg, model_dir, out) if cfg.tracking.enabled else None
     try:
         if "world" in cfg.benchmarks:
             results["world"] = evaluate_world(engine, tasks, cfg.rollout, k=cfg.k, seeds=cfg.seeds,
@@ -70,6 +67,8 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
             results["benchmarks"] = run_benchmarks(others, policy, limit=cfg.bench_limit, k=cfg.k,
                                                    seed=cfg.seeds[0], tts_n=cfg.tts_n, tts_mode=cfg.tts_mode,
                                                    tts_options=cfg.tts, user_sim=user_sim)
+            if store is not None:  # every per-task trajectory, in its benchmark's store run (idempotent)
+                store.put_benchmarks(results["benchmarks"]["results"])
     except BaseException as exc:
         if store is not None:  # failed, or killed on Ctrl-C / SIGTERM (envace.tracking.lifecycle)
             from envace.tracking.lifecycle import outcome_of
@@ -78,7 +77,8 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         raise
     if store is not None:
         store.close(None)  # committed; finished once MLflow has the run
-        results["store_run_id"] = store.run_id
+        results["store_run_id"] = store.run_id  # the tool world's run (None without "world")
+        results["store"] = store.summary()  # every run by benchmark, rows new / already stored, the checkpoint
     results["wall_s"] = time.perf_counter() - t0
     from envace.benchmarks.base import jsonable  # BenchmarkResults as plain JSON records, never their repr
 
@@ -89,60 +89,6 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         if store is not None:
             store.finish(results["mlflow_run_id"])
     return results
-
-
-class _EvalStore:
-    """The eval run in the trajectory store: its writer while the evaluation runs, then its status."""
-
-    def __init__(self, cfg: EvalConfig, model_dir: Path, out: Path) -> None:
-        from envace.store.runs import RunInfo
-        from envace.store.writer import TrajectoryWriter
-        from envace.tracking.gitinfo import git_commit
-
-        self.cfg = cfg
-        self.url = cfg.tracking.store_url or str(out / "store.db")
-        self.run_id = uuid.uuid4().hex[:16]
-        self.writer = TrajectoryWriter(self.url, self.run_id, run=RunInfo(
-            id=self.run_id, name=f"eval-{model_dir.name}", kind="eval", config=cfg.model_dump(mode="json"),
-            git_commit=git_commit()))
-        from contextlib import ExitStack
-
-        from envace.tracking.lifecycle import sigterm_raises
-
-        self._signals = ExitStack()  # while the run is open, SIGTERM raises: the run ends killed, not running
-        self._signals.enter_context(sigterm_raises())
-
-    def put(self, kind: str, seed: int, trajs: list) -> None:
-        split = self.cfg.split if kind == "env" else f"{self.cfg.split}-{kind}"
-        if kind == "env" and self.cfg.tts_n > 0:  # committed runs (tts-commit) + private rehearsals (tts-private)
-            from envace.store.tts import put_tts
-
-            put_tts(self.writer, trajs, step=seed, split=split)
-            return
-        self.writer.put(trajs, step=seed, mode="eval", split=split)
-
-    def close(self, status: str | None) -> None:
-        try:
-            self.writer.close()
-        finally:
-            try:
-                if status is not None:
-                    self._register(status, None)
-            finally:
-                self._signals.close()
-
-    def finish(self, mlflow_run_id: str | None) -> None:
-        self._register("finished", mlflow_run_id)
-
-    def _register(self, status: str, mlflow_run_id: str | None) -> None:
-        from envace.store.runs import RunInfo, register_run
-        from envace.store.session import make_engine
-
-        engine = make_engine(self.url)
-        try:
-            register_run(engine, RunInfo(id=self.run_id, kind="eval", status=status, mlflow_run_id=mlflow_run_id))
-        finally:
-            engine.dispose()
 
 
 def eval_metrics(results: dict[str, Any]) -> dict[str, float]:
@@ -176,6 +122,13 @@ def _log_to_mlflow(cfg: EvalConfig, results: dict[str, Any], out: Path) -> str:
     tags = {"envace.kind": "eval"}
     if results.get("store_run_id"):
         tags["envace.store_run_id"] = results["store_run_id"]
+    store = results.get("store") or {}
+    if store.get("run_ids"):
+        tags["envace.store_run_ids"] = json.dumps(store["run_ids"], sort_keys=True)
+    if store.get("checkpoint"):  # the checkpoint this evaluation scored, and the training run that wrote it
+        from envace.tracking.checkpoint_ref import CheckpointRef
+
+        tags.update(CheckpointRef(**store["checkpoint"]).tags())
     with start_run(uri, cfg.tracking.experiment, f"eval-{Path(cfg.model).name}", cfg,
                    parent_run_id=cfg.tracking.parent_run_id, tags=tags) as run:
         run.log_step_metrics(0, eval_metrics(results))
