@@ -17,22 +17,38 @@ from envace.engines.slots import ModelSlot
 
 
 class AlgoConfig(BaseConfig):
-    advantage: Literal["role_grpo", "grpo"] = Field("role_grpo", description="Advantage estimator: role-wise GRPO (EnvACE) or plain GRPO.")
+    advantage: str = Field("role_grpo", description="Advantage estimator, a name in envace.algos.ADVANTAGES: role_grpo (EnvACE) or grpo.")
     weighting: Literal["per_output", "per_trajectory"] = Field("per_output", description="Role baseline weighting (reference code: per_output).")
     norm_std: bool = Field(False, description="Divide advantages by the group std (paper: off).")
-    loss: Literal["ppo_clip", "vanilla_pg"] = Field("ppo_clip", description="Policy loss.")
+    loss: str = Field("ppo_clip", description="Policy loss, a name in envace.algos.POLICY_LOSSES (ppo_clip, vanilla_pg).")
     clip_low: float = Field(0.2, gt=0, lt=1, description="PPO clip epsilon (low).")
     clip_high: float = Field(0.2, gt=0, description="PPO clip epsilon (high).")
     dual_clip_c: float = Field(3.0, gt=1, description="Dual-clip constant c (> 1).")
-    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field("token-mean", description="Loss aggregation.")
+    agg: str = Field("token-mean", description="Loss aggregation, a name in envace.algos.AGGREGATIONS (token-mean, ...).")
     use_kl: bool = Field(False, description="KL to the frozen reference (paper: on at 1e-4; reference script: off).")
     kl_coef: float = Field(1e-4, ge=0, description="KL coefficient.")
-    kl_kind: Literal["low_var_kl", "kl", "mse", "abs"] = Field("low_var_kl", description="KL estimator.")
+    kl_kind: str = Field("low_var_kl", description="KL estimator, a name in envace.algos.KL_ESTIMATORS (low_var_kl, kl, ...).")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (verl ppo_epochs, TRL num_iterations; paper: 1).")
     ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch: the batch is shuffled and split into this many mini-batches (paper: 1).")
     pack: Literal["tree", "chain", "off"] = Field("tree", description="Share prompt prefixes in the update (same loss, fewer tokens): a task's rows as one prefix tree, a trajectory's extending calls as one sequence, or off.")
     grad_noise_scale: bool = Field(True, description="Log the gradient noise scale tr(Sigma)/|G|^2 from micro-batch gradients (one gradient copy per micro-batch).")
+
+    @model_validator(mode="after")
+    def _check_names(self) -> "AlgoConfig":
+        # The valid names are whatever the algos registries hold (a newly registered estimator is usable
+        # at once); imported here, not at module top, so this module imports without torch.
+        from envace.algos import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
+
+        for key, registry in (("advantage", ADVANTAGES), ("loss", POLICY_LOSSES), ("agg", AGGREGATIONS),
+                              ("kl_kind", KL_ESTIMATORS)):
+            name = getattr(self, key)
+            if name not in registry:
+                valid = ", ".join(registry.names())
+                raise ConfigError(f"algo.{key}={name!r} is not a registered {registry.family}; valid names: {valid}; "
+                                  f"set algo.{key} to one of them", field=f"algo.{key}", what=f"unknown name {name!r}",
+                                  fix=f"one of: {valid}")
+        return self
 
     @model_validator(mode="after")
     def _check_reuse(self) -> "AlgoConfig":
