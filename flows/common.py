@@ -1,7 +1,7 @@
 """Shared flow machinery: the sweep-cell task and the sweep body used by the ablation and TTS flows.
 
 Behaviour (each choice is Prefect's own mechanism, not a re-implementation):
-- **Caching.** The cell task has `cache_key_fn` = `envace.sweeps.cache.cell_cache_key` (resolved config
+- **Caching.** The cell task has `cache_key_fn` = `envace.sweeps.cells.cell_cache_key` (resolved config
   digest + input data hashes + code version) and persists its result as JSON in
   `<sweep out_dir>/.prefect-results/<key>`. Prefect 3 looks cached results up in that storage, not in
   its database, so a re-run in a new process (or against another Prefect server) skips finished cells.
@@ -41,7 +41,7 @@ from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 
 from envace.secrets import mask_text
-from envace.sweeps.cache import cell_cache_key
+from envace.sweeps.cells import cell_cache_key
 from envace.sweeps.cells import calls_endpoint, resolve_cell_config, run_cell
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
 from envace.sweeps.prepare import SFTSpec, build_sft

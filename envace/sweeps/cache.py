@@ -25,7 +25,6 @@ import threading
 from pathlib import Path
 
 from envace.config import BaseConfig
-from envace.sweeps.grid import CellSpec
 from envace.tracking.dvc_hash import data_hash
 from envace.tracking.gitinfo import UNKNOWN, git_info, run_git
 
@@ -134,11 +133,3 @@ def cache_key(kind: str, cfg: BaseConfig, extra: object = None, code: str | None
         "extra": extra,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def cell_cache_key(spec: CellSpec) -> str:
-    """Cache key of a sweep cell (raises like the cell would when its config is invalid)."""
-    from envace.sweeps.cells import resolve_cell_config
-
-    cfg = resolve_cell_config(spec, for_key=True)
-    return cache_key(spec.kind, cfg, extra={"eval": spec.eval_overrides})

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.config import BaseConfig, load_config
+from envace.sweeps.cache import cache_key
 from envace.sweeps.grid import CellSpec
 
 EXECUTIONS = "executions.jsonl"
@@ -47,6 +48,12 @@ def resolve_cell_config(spec: CellSpec, *, for_key: bool = False) -> BaseConfig:
     from envace.evaluation.config import EvalConfig
 
     return load_config(EvalConfig, spec.base, spec.all_overrides(), out_dir=spec.out_dir)
+
+
+def cell_cache_key(spec: CellSpec) -> str:
+    """Cache key of a sweep cell (raises like the cell would when its config is invalid)."""
+    cfg = resolve_cell_config(spec, for_key=True)
+    return cache_key(spec.kind, cfg, extra={"eval": spec.eval_overrides})
 
 
 def calls_endpoint(cfg: BaseConfig | Mapping[str, Any]) -> bool:
@@ -157,7 +164,6 @@ def _run_train_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
     from envace.trainers.checkpoint import latest_checkpoint
     from envace.trainers.embedded import train
 
-    from envace.sweeps.cache import cell_cache_key
 
     cfg = resolve_cell_config(spec)
     prepare_cell_dir(cfg.out_dir, cell_cache_key(spec))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from envace.sweeps.cache import cache_key, cell_cache_key, code_version, input_hash, source_hash
+from envace.sweeps.cache import cache_key, code_version, input_hash, source_hash
+from envace.sweeps.cells import cell_cache_key
 from envace.sweeps.grid import CellSpec
 from envace.tracking.dvc_hash import content_hash
 
