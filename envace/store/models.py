@@ -203,8 +203,3 @@ class FidelityPair(Base):
     field_f1: Mapped[float] = mapped_column(sa.Float, default=0.0)
 
     __table_args__ = (sa.Index("ix_fidelity_tool", "tool_name"),)
-
-
-# The test-time rehearsal tables live in their own module; importing it here registers them on Base, so
-# `Base.metadata` always describes the whole schema (migration 0002_tts).
-from envace.store import tts_models  # noqa: E402,F401
