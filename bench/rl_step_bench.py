@@ -74,7 +74,7 @@ class EnvaceArm:
 
     def step(self) -> tuple[float, float, float]:
         from envace.engines.base import GenRequest
-        from envace.trainers.rows import TrainRow
+        from envace.trainers.train_rows import TrainRow
         from envace.trainers.update import policy_update
         from envace.types import Role
 
@@ -87,9 +87,10 @@ class EnvaceArm:
         t_gen = time.perf_counter() - t0
         rewards = torch.tensor([reward_of(o.text) for o in out]).view(PROMPTS, K)
         adv = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)).flatten()
-        rows = [TrainRow(role=Role.ACT, prompt_ids=r.prompt_ids, response_ids=o.token_ids, old_logprobs=o.logprobs,
-                         temperature=1.0, prompt_index=n // K, trajectory_key=n, reward=float(rewards.flatten()[n]),
-                         advantage=float(adv[n])) for n, (r, o) in enumerate(zip(reqs, out))]
+        rows = [TrainRow.standalone(role=Role.ACT, prompt_ids=r.prompt_ids, response_ids=o.token_ids,
+                                    old_logprobs=o.logprobs, temperature=1.0, prompt_index=n // K, trajectory_key=n,
+                                    reward=float(rewards.flatten()[n]), advantage=float(adv[n]))
+                for n, (r, o) in enumerate(zip(reqs, out))]
         policy_update(self.model, self.opt, rows, self.algo, pad_id=self.tok.pad_token_id,
                       micro_batch=len(rows) // MICRO, grad_clip=1.0)
         self.model.eval()

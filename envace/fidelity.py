@@ -18,6 +18,10 @@ Four scores per (call, rehearsed, real) pair:
   `a.b[0].c`; an empty object or list is itself a leaf), so a result that gets 3 of 4 fields right
   scores between 0 and 1. Equal leaf multisets are exactly equal values, so exact_match comes free.
 
+`turn_fidelity(turn)` is the verdict of one Rehearse turn: its stored observation (the rollout's parse)
+against the agent-visible value of its real observation (`Observation.agent_value`: the content, or the
+error object). The evaluation, the exploitation monitor and the store writer all take it from there.
+
 A pure module: the evaluation code and the store writer both call it; `aggregate_by_tool` and
 `fidelity_metric_dict` turn many pairs into per-tool metrics for MLflow.
 """
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from envace.execution_result import parse_execution_result
-from envace.types import Observation, Role
+from envace.types import Observation, Role, Turn
 
 try:  # a dependency of prefect and dvc-data; only a speed-up here
     import orjson
@@ -175,6 +179,16 @@ def score_parsed(valid: bool, value: Any, real_obj: Any, schema: dict[str, Any] 
     p, g = leaves(value), leaves(real_obj)
     return FidelityScores(json_valid=True, schema_ok=_schema_ok(value, real_obj, schema), exact_match=p == g,
                           field_f1=_f1(p, g))
+
+
+def turn_fidelity(turn: Turn, schema: dict[str, Any] | None = None) -> FidelityScores | None:
+    """The fidelity verdict of a Rehearse turn that has a real observation (None otherwise): its stored
+    observation (parsed once by the rollout; a hand-built turn without one is parsed here) against what
+    the agent would have seen from the real environment."""
+    if turn.real_observation is None:
+        return None
+    valid, value = parse_rehearsed(turn.text, turn.observation)
+    return score_parsed(valid, value, turn.real_observation.agent_value(), schema)
 
 
 def fidelity_metrics(rehearsed_text: Any, real_obj: Any, schema: dict[str, Any] | None = None,

@@ -134,15 +134,51 @@ class Observation:
     def ok(self) -> bool:
         return self.error is None
 
-    def to_text(self) -> str:
+    def agent_value(self) -> Any:
+        """The JSON value the Act role sees for this observation: the content, or the error object when
+        there is none. The one definition of that rule: the tool message, the store's fidelity pair and
+        the dashboard all read it here."""
         if self.error is not None and self.content is None:
-            return json.dumps({"error_tool_call": {"code": self.error.value, "message": self.detail}})
-        return json.dumps(self.content, sort_keys=True)
+            return {"error_tool_call": {"code": self.error.value, "message": self.detail}}
+        return self.content
+
+    def to_text(self) -> str:
+        """The tool message's text (key-sorted JSON of `agent_value`)."""
+        return json.dumps(self.agent_value(), sort_keys=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Storage form (JSON-ready; enums as their values); `from_dict` reads it back."""
+        return {"content": self.content, "source": self.source.value,
+                "error": None if self.error is None else self.error.value, "detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Observation":
+        try:
+            return cls(content=d.get("content"), source=Role(d.get("source") or Role.ENV.value),
+                       error=None if d.get("error") is None else ErrorCode(d["error"]), detail=d.get("detail") or "")
+        except ValueError as exc:
+            raise ValueError(f"stored observation {d!r}: {exc}; its source must be a Role value and its error "
+                             f"an ErrorCode value (envace.types)") from None
+
+
+@dataclass(frozen=True)
+class CallRef:
+    """The tool call a Rehearse (or frozen simulator) turn answers: the answering turn's Act turn (its
+    `Turn.id`) and the call's position among that Act output's calls. Recorded by the rollout, which
+    knows the pairing, so nothing downstream has to re-pair turns by order."""
+
+    act_turn: int
+    call_index: int
 
 
 @dataclass
 class Turn:
-    """One generation by the policy (or a frozen simulator): the unit of a training row."""
+    """One generation by the policy (or a frozen simulator): the one record of it from the engine to the
+    dashboard. A training row is a view over it (its advantage is set here), the store writes it and
+    reads it back with the same `id`, `answers` link, `observation` and `call`.
+
+    Rehearse turns: `observation` is the rollout's one strict parse of `text` (fidelity is computed from
+    it, never from a second parse), `call` the call it answers and `answers` where that call sits."""
 
     role: Role
     prompt_ids: list[int]
@@ -157,7 +193,9 @@ class Turn:
     real_observation: Observation | None = None  # the real env's answer to the same call, if known
     call: ToolCall | None = None  # Rehearse: the call being simulated
     trainable: bool = True  # False for a frozen simulator's generations
-    advantage: float | None = None
+    advantage: float | None = None  # set by the trainer on the trainable turns it trains on
+    id: int | None = None  # position in its trajectory's `turns` (Trajectory.add_turn); stored as is
+    answers: CallRef | None = None  # Rehearse / simulator: the Act turn and call index answered
 
 
 @dataclass
@@ -232,6 +270,12 @@ class Trajectory:
 
     def turns_of(self, role: Role) -> list[Turn]:
         return [t for t in self.turns if t.role == role]
+
+    def add_turn(self, turn: Turn) -> Turn:
+        """Append `turn`, giving it its stable id (its position in `turns`)."""
+        turn.id = len(self.turns)
+        self.turns.append(turn)
+        return turn
 
 
 @runtime_checkable

@@ -25,7 +25,7 @@ from envace.rewards.env_reward import env_state_reward
 from envace.rewards.rule_judge import score_rule
 from envace.roles.rehearse import few_shot_triples
 from envace.rollout import run_rollout
-from envace.fidelity import aggregate_by_tool, fidelity_metrics
+from envace.fidelity import aggregate_by_tool, turn_fidelity
 from envace.types import ErrorCode, Mode, Role, Task, Trajectory
 
 FEW_SHOT_POOL = 200  # training-split tasks the fidelity pass draws its Rehearse few-shot from
@@ -68,7 +68,7 @@ def fidelity(trajs: list[Trajectory], few_shot: bool = True) -> dict[str, Any]:
         for u in t.turns_of(Role.REHEARSE):
             if u.real_observation is None or u.call is None:
                 continue
-            m = fidelity_metrics(u.text, u.real_observation.content, observation=u.observation)
+            m = turn_fidelity(u)  # the verdict the store keeps for the same turn
             pairs.append((u.call.name, m))
             if (u.call.name, u.call.arguments) in known:
                 determined.append(m)

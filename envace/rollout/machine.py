@@ -49,6 +49,7 @@ from envace.rollout.seeds import derive_seed
 from envace.rollout.state import EpisodeState, Phase
 from envace.toolcall import ParsedAct
 from envace.types import (
+    CallRef,
     Environment,
     ErrorCode,
     Message,
@@ -196,7 +197,7 @@ def handle_act(run: _Run, st: EpisodeState, req: GenRequest, res: GenResult) -> 
                 logprobs=list(res.logprobs), text=res.text, temperature=req.temperature,
                 user_turn=st.user_turn, tool_calls=[] if malformed else list(parsed.calls),
                 parse_error=parsed.error if malformed else None)
-    st.traj.turns.append(turn)
+    st.traj.add_turn(turn)
     context_len = len(st.history)
     st.history.append(assistant_message(parsed, res.text))
     if parsed.is_final_reply:
@@ -213,7 +214,7 @@ def handle_act(run: _Run, st: EpisodeState, req: GenRequest, res: GenResult) -> 
         return st.finish(TerminationReason.MAX_CALLS)
     st.calls_this_turn += len(parsed.calls)
     st.pending, st.cursor = list(parsed.calls), 0
-    st.latest_act_text, st.act_context_len = res.text, context_len
+    st.latest_act_text, st.act_context_len, st.latest_act_turn = res.text, context_len, turn.id
     return Phase.OBSERVE
 
 
@@ -252,10 +253,10 @@ def _rehearse_observe_round(run: _Run, states: list[EpisodeState]) -> None:
     engine = run.rehearser if run.mode is Mode.REHEARSE else run.simulator
     assert engine is not None  # run_rollout checks simulator mode has an engine
     sampling = run.cfg.rehearse
-    jobs: list[tuple[EpisodeState, ToolCall, GenRequest]] = []
+    jobs: list[tuple[EpisodeState, ToolCall, GenRequest, CallRef]] = []
     for st in states:
         history = st.history[: st.act_context_len]
-        mine: list[tuple[EpisodeState, ToolCall, GenRequest]] = []
+        mine: list[tuple[EpisodeState, ToolCall, GenRequest, CallRef]] = []
         for j, call in enumerate(st.pending[st.cursor:]):
             msgs = rehearse_messages(st.traj.task, history, st.latest_act_text, call,
                                      few_shot=run.cfg.few_shot, style=run.rehearse_style)
@@ -267,21 +268,22 @@ def _rehearse_observe_round(run: _Run, states: list[EpisodeState]) -> None:
             seed = run.seed_for(st, Role.REHEARSE, st.rehearse_generations + j)
             mine.append((st, call, GenRequest(prompt_ids=ids, temperature=sampling.temperature,
                                               top_p=sampling.top_p, max_new_tokens=sampling.max_new_tokens,
-                                              stop=list(REHEARSE_STOP), seed=seed, messages=chat)))
+                                              stop=list(REHEARSE_STOP), seed=seed, messages=chat),
+                         CallRef(st.latest_act_turn, st.cursor + j)))
         jobs.extend(mine)
-    results = _generate(engine, [req for _, _, req in jobs])
+    results = _generate(engine, [req for _, _, req, _ in jobs])
     answers: dict[int, list[Observation]] = {}
-    for (st, call, req), res in zip(jobs, results):
-        obs = parse_execution_result(res.text)
+    for (st, call, req, ref), res in zip(jobs, results):
+        obs = parse_execution_result(res.text)  # the one strict parse; stored on the turn, never redone
         turn = Turn(role=Role.REHEARSE, prompt_ids=list(req.prompt_ids), response_ids=list(res.token_ids),
                     logprobs=list(res.logprobs), text=res.text, temperature=req.temperature,
                     user_turn=st.user_turn, call=call, observation=obs,
                     parse_error=obs.error if obs.content is None else None,
-                    trainable=run.mode is Mode.REHEARSE)
+                    trainable=run.mode is Mode.REHEARSE, answers=ref)
         if st.shadow_env is not None:
             turn.real_observation = _execute(st.shadow_env, call)
             st.traj.env_calls += 1
-        st.traj.turns.append(turn)
+        st.traj.add_turn(turn)
         st.rehearse_generations += 1
         answers.setdefault(id(st), []).append(obs)
     for st in states:

@@ -32,6 +32,7 @@ class EpisodeState:
     pending: list[ToolCall] = field(default_factory=list)  # calls of the latest Act output
     cursor: int = 0  # next pending call to answer
     latest_act_text: str = ""  # raw text of the latest Act output (shown to Rehearse)
+    latest_act_turn: int = 0  # Turn.id of the latest Act output (the Act turn its Rehearse turns answer)
     act_context_len: int = 0  # history length before the latest Act output (Rehearse's transcript)
     assistant_turns: int = 0  # Act generations so far
     calls_this_turn: int = 0  # tool calls within the current user turn

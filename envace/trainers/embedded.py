@@ -36,7 +36,7 @@ from envace.trainers.config import TrainConfig
 from envace.trainers.dynamic_sampling import SampledBatch, informative_groups, sample_with_refill
 from envace.trainers.metrics import step_metrics
 from envace.trainers.rewarding import RewardScorer
-from envace.trainers.rows import TrainRow, assign_advantages, build_rows
+from envace.trainers.train_rows import TrainRow, assign_advantages, build_rows
 from envace.trainers.schedule import lr_at, set_lr
 from envace.trainers.shadow import shadow_metrics, shadow_replay
 from envace.trainers.tracking import RunTracker
@@ -139,14 +139,10 @@ def rollout_step(pool: list[Task], cfg: TrainConfig, step: int, policy: "_Policy
                         kept_prompt_indices=list(range(len(tasks))))
 
 
-def flip_advantages(rows: list[TrainRow], trajs: list[Trajectory]) -> None:
-    """Diagnostic (`flip_advantage_sign`): negate every advantage, on the rows and their mirrored turns."""
+def flip_advantages(rows: list[TrainRow]) -> None:
+    """Diagnostic (`flip_advantage_sign`): negate every advantage (on the rows' turns: a row is a view)."""
     for r in rows:
         r.advantage = -r.advantage
-    for t in trajs:
-        for u in t.turns:
-            if u.advantage is not None:
-                u.advantage = -u.advantage
 
 
 def _shadow_metrics(trajs: list[Trajectory], scorer: RewardScorer) -> dict[str, float]:
@@ -195,9 +191,9 @@ def train(cfg: TrainConfig) -> TrainResult:
             trajs = batch.kept
             shadow = _shadow_metrics(batch.generated, scorer) if cfg.shadow_enabled else {}
             rows = build_rows(trajs)
-            assign_advantages(rows, trajs, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std)
+            assign_advantages(rows, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std)
             if cfg.flip_advantage_sign:
-                flip_advantages(rows, trajs)
+                flip_advantages(rows)
             lr = lr_at(step, cfg.optim)
             set_lr(policy.optimizers, lr)
             updates = update_models(policy, rows, cfg, step=step)

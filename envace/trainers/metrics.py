@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from envace.trainers.rows import TrainRow
+from envace.trainers.train_rows import TrainRow
 from envace.types import ErrorCode, Role, Trajectory
 
 

@@ -31,7 +31,7 @@ import torch
 
 from envace.engines.base import logprob_temperature
 from envace.engines.scoring import token_logprobs
-from envace.trainers.rows import TrainRow
+from envace.trainers.train_rows import TrainRow
 from envace.types import Role
 
 

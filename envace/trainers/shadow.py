@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from envace.fidelity import fidelity_metrics
+from envace.fidelity import turn_fidelity
 from envace.types import ErrorCode, Message, Observation, Role, ToolCall, Trajectory
 
 
@@ -76,7 +76,7 @@ def shadow_replay(traj: Trajectory, score: Callable[[Trajectory], float | None],
     exact = []
     for turn, obs in zip(answered, real):
         turn.real_observation = obs
-        exact.append(float(fidelity_metrics(turn.text, obs.content, observation=turn.observation)["exact_match"]))
+        exact.append(float(turn_fidelity(turn)["exact_match"]))
     counterfactual = dataclasses.replace(traj, messages=messages, turns=list(traj.turns), reward=None,
                                          reward_breakdown={})
     return ShadowResult(rehearsed=traj.reward, real=score(counterfactual), calls=len(real), exact=exact)

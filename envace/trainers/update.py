@@ -30,7 +30,7 @@ from envace.algos import aggregate, kl_penalty, POLICY_LOSSES
 from envace.trainers.config import AlgoConfig
 from envace.trainers.noise_scale import NoiseAccumulator, estimate
 from envace.trainers.packing import Pack, PackMode, micro_batches, pack_rows, packed_logprobs, tree_mask_kind
-from envace.trainers.rows import TrainRow
+from envace.trainers.train_rows import TrainRow
 from envace.types import Role
 
 LOSS_METRICS = ("clip_frac", "dual_clip_frac", "approx_kl", "ratio_mean")

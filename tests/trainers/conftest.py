@@ -38,7 +38,7 @@ def role_rows(tiny_model_dir):
     from envace.models.loading import load_policy
     from envace.roles.act import act_prompt_ids
     from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids
-    from envace.trainers.rows import TrainRow
+    from envace.trainers.train_rows import TrainRow
     from envace.types import Role
     from envace.worlds.generator import generate_tasks
 
@@ -59,7 +59,7 @@ def role_rows(tiny_model_dir):
             meta.append((Role.REHEARSE, p, s, 0.7))
     rows = []
     for req, res, (role, p, s, temp) in zip(reqs, engine.generate(reqs), meta):
-        rows.append(TrainRow(role=role, prompt_ids=req.prompt_ids, response_ids=res.token_ids,
-                             old_logprobs=res.logprobs, temperature=temp, prompt_index=p, trajectory_key=s,
-                             reward=float(s)))
+        rows.append(TrainRow.standalone(role=role, prompt_ids=req.prompt_ids, response_ids=res.token_ids,
+                                        old_logprobs=res.logprobs, temperature=temp, prompt_index=p,
+                                        trajectory_key=s, reward=float(s)))
     return rows

@@ -16,7 +16,7 @@ from envace.models.loading import load_policy
 from envace.trainers import update as update_mod
 from envace.trainers.config import AlgoConfig
 from envace.trainers.packing import micro_batches, pack_rows, packed_logprobs, tree_mask_kind
-from envace.trainers.rows import TrainRow
+from envace.trainers.train_rows import TrainRow
 from envace.trainers.update import policy_update
 from envace.types import Role
 
@@ -32,8 +32,9 @@ def chained_rows(vocab: int, seed: int) -> list[TrainRow]:
     rows: list[TrainRow] = []
 
     def add(role, prompt, n_resp, temp, key):
-        rows.append(TrainRow(role=role, prompt_ids=prompt, response_ids=_rand(g, n_resp, vocab), old_logprobs=[],
-                             temperature=temp, prompt_index=0, trajectory_key=key, reward=0.0))
+        rows.append(TrainRow.standalone(role=role, prompt_ids=prompt, response_ids=_rand(g, n_resp, vocab),
+                                        old_logprobs=[], temperature=temp, prompt_index=0, trajectory_key=key,
+                                        reward=0.0))
         return prompt + rows[-1].response_ids
 
     p0 = _rand(g, 7, vocab)
@@ -248,8 +249,9 @@ def test_token_budget_caps_padded_tokens_per_micro_batch(model64):
 
 def test_prefix_tree_layout_by_hand():
     def row(prompt, resp, key):
-        return TrainRow(role=Role.ACT, prompt_ids=prompt, response_ids=resp, old_logprobs=[0.0] * len(resp),
-                        temperature=1.0, prompt_index=0, trajectory_key=key, reward=0.0)
+        return TrainRow.standalone(role=Role.ACT, prompt_ids=prompt, response_ids=resp,
+                                   old_logprobs=[0.0] * len(resp), temperature=1.0, prompt_index=0,
+                                   trajectory_key=key, reward=0.0)
 
     # two trajectories share prompt [1, 2]; the second row of trajectory 0 extends its first
     rows = [row([1, 2], [3, 4], 0), row([1, 2], [5], 1), row([1, 2, 3, 4, 6], [7], 0)]

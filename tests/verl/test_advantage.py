@@ -108,7 +108,7 @@ def test_matches_slow_loop_on_random_batches(verl_api, weighting, seed):
 
 def test_parity_with_embedded_backend(verl_api):
     """Same trajectories: the embedded trainer's rows/advantages vs the verl rows of the agent loop."""
-    from envace.trainers.rows import assign_advantages, build_rows
+    from envace.trainers.train_rows import assign_advantages, build_rows
     from envace.trainers.verl.episode import EpisodeResult, episode_outputs
     from envace.types import Mode, Task, Trajectory, Turn
 
@@ -126,7 +126,7 @@ def test_parity_with_embedded_backend(verl_api):
                                        temperature=1.0))
             trajs.append(traj)
     emb_rows = build_rows(trajs)
-    embedded = assign_advantages(emb_rows, trajs, "role_grpo", "per_output", False).tolist()
+    embedded = assign_advantages(emb_rows, "role_grpo", "per_output", False).tolist()
 
     rows = []
     for traj in trajs:
