@@ -14,3 +14,7 @@ class TrackingConfig(BaseConfig):
     experiment: str = Field("envace", description="MLflow experiment name.")
     enabled: bool = Field(True, description="Log to MLflow and the store.")
     parent_run_id: str | None = Field(None, description="MLflow parent run (sweeps).")
+    registered_model: str | None = Field(None, description="MLflow registered model of a training run's final "
+                                         "checkpoint; None = envace-<out_dir name>.")
+    checkpoint_artifact_max_mb: float = Field(512.0, ge=0, description="Checkpoints up to this size are uploaded "
+                                              "to MLflow as artifacts; larger ones are linked by path (not copied).")

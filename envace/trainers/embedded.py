@@ -214,6 +214,7 @@ def train(cfg: TrainConfig) -> TrainResult:
                     {"config": cfg.model_dump(mode="json"), "git_commit": git_commit(),
                      "mlflow_run_id": tracker.mlflow_run_id, "store_run_id": tracker.run_id, "lr": lr},
                     keep=cfg.keep_checkpoints)
+                tracker.log_checkpoint(result.checkpoint, final=step == cfg.steps)  # MLflow lists every save
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(reward=f"{metrics.get('reward/mean', 0):.3f}", s=f"{metrics['time/step_s']:.1f}")
