@@ -2,6 +2,21 @@
 
 One policy plays Act (tool calls) and Rehearse (the environment's responses); role-wise GRPO trains
 both. See README.md and the module docstrings; heavy optional backends (verl, vllm, ray) are imported
-only inside their own modules."""
+only inside their own modules.
+
+Layers, bottom to top. A module imports its own layer and the layers below, never one above
+(tests/test_import_layers.py checks every import in envace/, flows/ and dashboard/ against this list):
+
+  1. records and parsers: types secrets untrusted config toolcall execution_result conversation fidelity
+  2. pure parts: algos worlds roles tracking
+  3. inputs: rewards models data
+  4. services: engines store
+  5. episodes: rollout
+  6. consumers: benchmarks trainers
+  7. evaluation: evaluation
+  8. drivers: sweeps demo cli_errors dashboard_launch
+  9. apps: flows dashboard
+ 10. entry point: cli
+"""
 
 __version__ = "0.1.0"

@@ -1,0 +1,180 @@
+"""Every import in envace/, flows/ and dashboard/ respects the layer order written in envace/__init__.py,
+and no modules import each other in a cycle (lazy imports inside functions count: they hide a cycle,
+they do not remove it)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import envace
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("envace", "flows", "dashboard")
+LAYER_LINE = re.compile(r"^\s*(\d+)\.\s[^:]*:\s*(.+)$")
+
+
+@dataclass(frozen=True)
+class Violation:
+    module: str
+    line: int
+    imported: str
+    module_layer: int
+    imported_layer: int
+
+    def __str__(self) -> str:
+        return (f"{self.module}:{self.line} imports {self.imported} (layer {self.imported_layer}) from layer "
+                f"{self.module_layer}: move the shared code down, or import it where it is used")
+
+
+def layer_order(doc: str, root: Path = ROOT) -> dict[str, int]:
+    """{unit: layer number} from the numbered lines of envace/__init__.py's docstring. A unit is a module
+    or package: `types` is envace.types when envace/types.py (or envace/types/) exists, else a top-level
+    package (flows, dashboard)."""
+    layers: dict[str, int] = {"envace": 0}  # the package face imports nothing
+    for line in doc.splitlines():
+        m = LAYER_LINE.match(line)
+        if not m:
+            continue
+        for name in m.group(2).split():
+            if (root / "envace" / f"{name}.py").exists() or (root / "envace" / name).is_dir():
+                unit = f"envace.{name}"
+            elif (root / f"{name}.py").exists() or (root / name).is_dir():
+                unit = name
+            else:
+                raise AssertionError(f"layer name {name!r} in envace/__init__.py's docstring matches no module")
+            assert unit not in layers, f"{unit} is listed twice in envace/__init__.py's layer order"
+            layers[unit] = int(m.group(1))
+    assert len(layers) > 1, "envace/__init__.py's docstring lists no layers"
+    return layers
+
+
+def layer_of(module: str, layers: dict[str, int]) -> int | None:
+    """The layer of the longest listed unit that `module` is or lies inside."""
+    parts = module.split(".")
+    for i in range(len(parts), 0, -1):
+        unit = ".".join(parts[:i])
+        if unit in layers:
+            return layers[unit]
+    return None
+
+
+def imported_modules(module: str, source: str, is_package: bool = False) -> list[tuple[str, int]]:
+    """(imported module, line) for every import statement in `source`, at any depth (function-level and
+    TYPE_CHECKING imports included); `from a import b` yields a.b as well as a, since b may be a module."""
+    out: list[tuple[str, int]] = []
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            out.append((base, node.lineno))
+            out += [(f"{base}.{a.name}", node.lineno) for a in node.names if a.name != "*"]
+    return [(name, line) for name, line in out if name.split(".")[0] in PACKAGES]
+
+
+def upward_imports(module: str, source: str, layers: dict[str, int], is_package: bool = False) -> list[Violation]:
+    """The imports in `source` (the text of `module`) that reach a higher layer than the module's own."""
+    own = layer_of(module, layers)
+    assert own is not None, f"{module} is in no layer: add it to the layer order in envace/__init__.py's docstring"
+    found: dict[int, Violation] = {}  # one per import statement: `from a import b` names a (and maybe a.b)
+    for name, line in imported_modules(module, source, is_package):
+        theirs = layer_of(name, layers)
+        if theirs is not None and theirs > own and line not in found:
+            found[line] = Violation(module, line, name, own, theirs)
+    return list(found.values())
+
+
+def project_modules(root: Path = ROOT) -> dict[str, tuple[str, bool]]:
+    """{module name: (source, is_package)} for every .py file of envace/, flows/ and dashboard/."""
+    mods = {}
+    for pkg in PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            name = ".".join(parts[:-1] if is_package else parts)
+            mods[name] = (path.read_text(encoding="utf-8"), is_package)
+    return mods
+
+
+def import_cycles(mods: dict[str, tuple[str, bool]]) -> list[list[str]]:
+    """Groups of project modules that import each other in a loop (strongly connected components > 1)."""
+    graph = {m: sorted({n for n, _ in imported_modules(m, src, pkg) if n in mods and n != m})
+             for m, (src, pkg) in mods.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for m in graph:
+        if m not in index:
+            visit(m)
+    return cycles
+
+
+LAYERS = layer_order(envace.__doc__ or "")
+
+
+def test_no_module_imports_a_higher_layer():
+    bad = [v for name, (src, pkg) in project_modules().items() for v in upward_imports(name, src, LAYERS, pkg)]
+    assert not bad, "upward imports:\n" + "\n".join(map(str, bad))
+
+
+def test_no_import_cycles():
+    cycles = import_cycles(project_modules())
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_an_upward_import_is_caught():
+    # A synthetic module in layer 1 (records) that reaches up to the trainers (layer 6).
+    src = "from envace.types import Role\n\n\ndef f():\n    from envace.trainers.config import TrainConfig\n"
+    (v,) = upward_imports("envace.types", src, LAYERS)
+    assert (v.line, v.imported, v.module_layer, v.imported_layer) == (5, "envace.trainers.config", 1, 6)
+    assert upward_imports("envace.trainers.config", src, LAYERS) == []  # downward and sideways are fine
+
+
+def test_a_relative_upward_import_is_caught():
+    (v,) = upward_imports("envace.algos.kl", "from ..cli import main\n", LAYERS)
+    assert (v.imported, v.module_layer, v.imported_layer) == ("envace.cli", 2, 10)
+    (v,) = upward_imports("envace.algos.kl", "from envace import cli\n", LAYERS)
+    assert (v.imported, v.imported_layer) == ("envace.cli", 10)
+
+
+def test_a_cycle_is_caught():
+    mods = {"envace.a": ("import envace.b\n", False), "envace.b": ("def f():\n    from envace import a\n", False),
+            "envace.c": ("import envace.a\n", False)}
+    assert import_cycles(mods) == [["envace.a", "envace.b"]]
+
+
+def test_every_module_has_a_layer():
+    missing = [m for m in project_modules() if layer_of(m, LAYERS) is None]
+    assert not missing, f"modules in no layer (add them to envace/__init__.py's docstring): {missing}"
