@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from envace.benchmarks.bfcl import BFCLBenchmark
-from envace.benchmarks.bfcl.data import AGENTIC, RUNNABLE, load_category
+from envace.benchmarks.bfcl.data import NOT_RUNNABLE, RUNNABLE, load_category
 from envace.benchmarks.bfcl.gold import BFCLGoldPolicy, java_source, js_source, parse_call
 
 pytestmark = pytest.mark.usefixtures("bfcl_modules")
@@ -48,11 +48,15 @@ def test_gold_scores_one_and_perturbed_scores_zero():
     assert kinds["irrelevance"] == "irrelevance_error:decoder_success"
     assert kinds["live_relevance"] == "relevance_error:decoder_failed"
     assert kinds["multi_turn_base"].startswith("multi_turn:")
-    for cat in AGENTIC:
+    for cat in NOT_RUNNABLE:
         assert gold.categories[cat].accuracy is None and not gold.categories[cat].runnable
         assert gold.categories[cat].note.startswith("not run: ")
     assert gold.models == {"policy": "bfcl-gold", "user_simulator": None, "judge": None}
-    assert any("agentic" in d for d in gold.departures) and any("first 3 entries" in d for d in gold.departures)
+    assert any("cannot run offline" in d for d in gold.departures)
+    assert any("first 3 entries" in d for d in gold.departures)
+    assert all(r["task_error"] is None and r["seed"] == 0 for r in gold.records)
+    mt = next(r for r in gold.records if r["category"] == "multi_turn_base")
+    assert mt["messages"][0]["role"] == "user" and any(m["role"] == "tool" for m in mt["messages"])
 
 
 def test_k_samples_are_independent():

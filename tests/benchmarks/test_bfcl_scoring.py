@@ -29,9 +29,16 @@ def test_hand_worked_aggregation():
     assert groups["non_live"] == pytest.approx((0.5 + 1 + 1 + 1) / 4)
     assert groups["live"] == pytest.approx((1.0 * 2 + 0 * 6 + 0.5 * 4 + 1.0 * 8) / 20)  # count-weighted: 0.6
     assert groups["irrelevance"] == pytest.approx(0.4)
-    assert groups["multi_turn"] == 0.0 and groups["agentic"] is None and groups["live_relevance"] == 1.0
+    assert groups["multi_turn"] == 0.0 and groups["live_relevance"] == 1.0
+    # memory_kv = memory_rec_sum = 1, memory_vector and web search cannot run (0):
+    # memory = (1 + 0 + 1) / 3, agentic = (web search 0 + memory 2/3) / 2 = 1/3
+    assert groups["memory"] == pytest.approx(2 / 3) and groups["agentic"] == pytest.approx(1 / 3)
+    assert groups["memory_offline"] == 1.0
     weighted = 10 * 0.875 + 10 * 0.6 + 10 * 0.4 + 30 * 0.0
-    assert groups["overall_official_agentic_as_0"] == pytest.approx(weighted / 100)
+    assert groups["overall_official"] == pytest.approx((weighted + 40 / 3) / 100)
+    assert groups["overall_official_agentic_as_0"] == groups["overall_official"]
+    # offline headline: web search (20) and memory_vector (20/3) left out of the 100
+    assert groups["overall_offline"] == pytest.approx((weighted + 20 / 3 + 20 / 3) / (100 - 20 - 20 / 3))
     assert groups["overall_no_agentic"] == pytest.approx(weighted / 60)
     assert sum(LEADERBOARD_WEIGHTS.values()) == 100
 
@@ -58,8 +65,11 @@ def test_aggregation_matches_bfcl_leaderboard_code(bfcl_modules, tmp_path):
     bfcl_modules.helper.generate_leaderboard_csv(table, tmp_path)
     pct = lambda s: float(s.rstrip("%")) / 100  # noqa: E731
     overall = _csv_row(tmp_path / "data_overall.csv")
-    assert overall["Overall Acc"] and pct(overall["Overall Acc"]) == pytest.approx(
-        groups["overall_official_agentic_as_0"], abs=6e-5)
+    assert overall["Overall Acc"] and pct(overall["Overall Acc"]) == pytest.approx(groups["overall_official"], abs=6e-5)
+    agentic = _csv_row(tmp_path / "data_agentic.csv")
+    assert pct(agentic["Agentic Overall Acc"]) == pytest.approx(groups["agentic"], abs=6e-5)
+    assert pct(agentic["Memory KV"]) == pytest.approx(acc["memory_kv"][0], abs=6e-5)
+    assert agentic["Memory Summary"] == "N/A"  # memory_vector did not run: BFCL shows N/A, scores it 0
     assert pct(overall["Irrelevance Detection"]) == pytest.approx(groups["irrelevance"], abs=6e-5)
     assert pct(_csv_row(tmp_path / "data_non_live.csv")["Non-Live Overall Acc"]) == pytest.approx(groups["non_live"], abs=6e-5)
     assert pct(_csv_row(tmp_path / "data_live.csv")["Live Overall Acc"]) == pytest.approx(groups["live"], abs=6e-5)
@@ -115,4 +125,6 @@ def test_registry_and_result_round_trip(tmp_path):
     loaded = BenchmarkResult.load(res.save(tmp_path / "r.json"))
     assert loaded.categories["irrelevance"].accuracy == 1.0 and loaded.categories["irrelevance"].entries == 2
     assert loaded.groups == res.groups and loaded.departures == res.departures
-    assert set(AGENTIC) <= set(loaded.categories)
+    assert set(AGENTIC) | set(RUNNABLE) <= set(loaded.categories)
+    assert loaded.categories["memory_kv"].note.startswith("not selected")
+    assert loaded.meta["categories_run"] == ["irrelevance"]

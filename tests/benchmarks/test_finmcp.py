@@ -128,9 +128,13 @@ def test_schema_file_and_transport_errors(data_file, tmp_path):
         {"type": "function", "function": {"name": "GetNav", "parameters": {"type": "object", "properties": {}}}}]))
     assert [t["function"]["name"] for t in load_tool_schemas(schema)] == ["GetFund", "GetNav"]
     res = FinMCPBenchmark(data_file, schema).run(Scripted(fail_on="r2"), k=2)
-    assert res.meta["errors"] == 2 and sum(r["error"] is not None for r in res.records) == 2
-    # r2 dropped: r1 (F1 1) and r3 (F1 1/2), twice each -> macro F1 3/4
-    assert res.overall == pytest.approx(0.75)
+    assert res.meta["errors"] == 2 and sum(r["task_error"] is not None for r in res.records) == 2
+    err = next(r for r in res.records if r["task_error"])
+    assert err["task_error"] == {"stage": "policy", "type": "ConnectionError", "message": "server down"}
+    # r2 errored: a failure (no tool predicted: TP 0 FP 0 FN 3, F1 0); r1 F1 1, r3 F1 1/2; twice each
+    # -> macro F1 (1 + 0 + 1/2) / 3 = 1/2 (dropping r2, as the official evaluation does, would give 3/4)
+    assert res.overall == pytest.approx(0.5) and res.groups["TR_micro"] == pytest.approx(2 * 2 / (2 * 7))
+    assert res.meta["task_errors"]["by_cause"] == {"policy: ConnectionError": 2}
     assert not any("synthesised" in d for d in res.departures)
 
 

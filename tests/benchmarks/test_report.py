@@ -63,3 +63,27 @@ def test_registry(monkeypatch):
         register_benchmark("dummy", lambda **kw: Dummy())
     with pytest.raises(KeyError, match="valid names: bfcl, dummy"):
         base.get_benchmark("nope")
+
+
+def test_bfcl_notes_say_what_ran_and_what_the_headline_means(bfcl_modules):
+    from envace.benchmarks.bfcl import BFCLBenchmark
+    from envace.benchmarks.bfcl.data import load_category
+    from envace.benchmarks.bfcl.gold import BFCLGoldPolicy
+
+    r = BFCLBenchmark(["irrelevance"]).run(BFCLGoldPolicy(load_category("irrelevance", 2)), limit=2)
+    text = report_table([r])
+    # by hand: irrelevance group = (irrelevance 1 + live_irrelevance 0, not selected) / 2 = 0.5, weight 10;
+    # offline share = 100 - 20 (web search) - 20/3 (memory_vector) = 73.33 -> 5 / 73.33 = 6.82 %;
+    # official: 5 / 100 = 5.00 %; without agentic: 5 / 60 = 8.33 %
+    assert r.overall == pytest.approx(5 / (100 - 20 - 20 / 3))
+    assert "- ran: irrelevance 100.0 (2)" in text
+    notsel = next(line for line in text.splitlines() if line.startswith("- not selected"))
+    assert "memory_kv" in notsel and "memory_rec_sum" in notsel and "live_irrelevance" in notsel
+    assert "- not run: web_search_base (not run: not runnable offline: needs SerpAPI" in text
+    assert "- not run: memory_vector (" in text
+    assert "- headline 6.82 = the official weights renormalised over the 73.3 % of BFCL-v4 that runs offline" in text
+    assert "(categories that did not run count 0): 5.00; without any agentic category (renormalised over 60 %): 8.33" \
+        in text
+    assert "- task errors: bfcl: no task errored (2 task runs)" in text
+    d = report_dict([r])["benchmarks"]["bfcl"]
+    assert d["categories_run"] == ["irrelevance"] and "memory_vector" in d["categories_not_run"]

@@ -35,7 +35,7 @@ CHECKER_MODEL = "qwen3-8b-FC"
 INSTALL_HINT = (
     f"install BFCL's code and data with `pip install --no-deps bfcl-eval=={TESTED_VERSION}` plus what its "
     "checkers import: `pip install tree_sitter==0.21.3 tree-sitter-java==0.21.0 tree-sitter-javascript==0.21.4 "
-    "tenacity overrides openai mpmath filelock python-dotenv tqdm`")
+    "tenacity overrides openai mpmath filelock python-dotenv tqdm rank-bm25`")
 
 
 class BFCLUnavailable(ImportError):

@@ -5,10 +5,11 @@ language-specific hints, multi-turn docs populated, miss_func docs held back) is
 *eval* view (no hints) is what the checkers get (Java/JavaScript type conversion needs the original
 types). Ground truth is aligned to prompts by position, as `eval_runner` aligns it.
 
-Groups follow the leaderboard (`eval_runner_helper.generate_leaderboard_csv`). The agentic categories are
-reported, never run: web_search needs SerpAPI and the live web, memory_vector a SentenceTransformer at
-import; memory_kv / memory_rec_sum are pure Python but need BFCL's prerequisite-conversation pipeline,
-which this adapter does not implement. live_relevance is scored but, as on the leaderboard, is in no group.
+Groups follow the leaderboard (`eval_runner_helper.generate_leaderboard_csv`). Of the agentic categories,
+memory_kv and memory_rec_sum run (pure Python; BFCL's prerequisite-conversation pipeline in memory.py;
+memory_kv needs `rank_bm25`); web_search needs SerpAPI and the live web and memory_vector a
+SentenceTransformer at import, so those three are reported, never run. live_relevance is scored but, as on
+the leaderboard, is in no group.
 """
 
 from __future__ import annotations
@@ -24,22 +25,24 @@ LIVE_AST = ["live_simple", "live_multiple", "live_parallel", "live_parallel_mult
 IRRELEVANCE = ["irrelevance", "live_irrelevance"]
 RELEVANCE = ["live_relevance"]
 MULTI_TURN = ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"]
-RUNNABLE = NON_LIVE_AST + LIVE_AST + IRRELEVANCE + RELEVANCE + MULTI_TURN
-AGENTIC = ["web_search_base", "web_search_no_snippet", "memory_kv", "memory_vector", "memory_rec_sum"]
+WEB_SEARCH = ["web_search_base", "web_search_no_snippet"]
+MEMORY = ["memory_kv", "memory_vector", "memory_rec_sum"]
+MEMORY_OFFLINE = ["memory_kv", "memory_rec_sum"]  # the memory backends that run offline
+RUNNABLE = NON_LIVE_AST + LIVE_AST + IRRELEVANCE + RELEVANCE + MULTI_TURN + MEMORY_OFFLINE
+AGENTIC = WEB_SEARCH + MEMORY
+NOT_RUNNABLE = ["web_search_base", "web_search_no_snippet", "memory_vector"]
 NOT_RUNNABLE_REASON = {
     "web_search_base": "not runnable offline: needs SerpAPI (SERPAPI_API_KEY) and the live web",
     "web_search_no_snippet": "not runnable offline: needs SerpAPI (SERPAPI_API_KEY) and the live web",
-    "memory_kv": ("not implemented here: needs BFCL's memory prerequisite conversations (the model writes its "
-                  "memory in earlier dependent entries) and rank_bm25; pure Python, so runnable offline in principle"),
     "memory_vector": ("not runnable offline: builds SentenceTransformer('all-MiniLM-L6-v2') and faiss at import "
                       "(needs downloaded weights)"),
-    "memory_rec_sum": ("not implemented here: needs BFCL's memory prerequisite conversations; pure Python, so "
-                       "runnable offline in principle"),
 }
 
 
 def category_kind(category: str) -> str:
-    """ast | relevance | multi_turn | agentic."""
+    """ast | relevance | multi_turn | memory (runnable agentic) | agentic (not runnable offline)."""
+    if category in MEMORY_OFFLINE:
+        return "memory"
     if category in AGENTIC:
         return "agentic"
     if category in MULTI_TURN:
@@ -49,7 +52,7 @@ def category_kind(category: str) -> str:
     if category in NON_LIVE_AST or category in LIVE_AST:
         return "ast"
     raise ValueError(f"unknown BFCL category {category!r}; runnable: {', '.join(RUNNABLE)}; "
-                     f"not runnable offline: {', '.join(AGENTIC)}")
+                     f"not runnable offline: {', '.join(NOT_RUNNABLE)}")
 
 
 @dataclass
@@ -77,6 +80,10 @@ def _load_all(category: str) -> tuple[BFCLEntry, ...]:
     if len(shown) != len(checked) or (answers is not None and len(answers) != len(shown)):
         raise ValueError(f"BFCL {category}: {len(shown)} prompts, {len(checked)} eval prompts and "
                          f"{None if answers is None else len(answers)} answers do not line up; reinstall bfcl-eval")
+    if kind == "memory":  # answers are shared by the memory backends: ids say memory_<n>, prompts memory_kv_<n>
+        unaligned = [a["id"] for a, p in zip(answers or [], shown) if a["id"].replace("memory", category, 1) != p["id"]]
+        if unaligned:
+            raise ValueError(f"BFCL {category}: answers {unaligned[:3]} do not line up with the prompts")
     return tuple(BFCLEntry(id=shown[i]["id"], category=category, prompt=shown[i], eval_prompt=checked[i],
                            ground_truth=None if answers is None else answers[i]["ground_truth"])
                  for i in range(len(shown)))
@@ -84,7 +91,7 @@ def _load_all(category: str) -> tuple[BFCLEntry, ...]:
 
 def load_category(category: str, limit: int | None = None) -> list[BFCLEntry]:
     """The first `limit` entries (all when None) of `category`, in BFCL's file order."""
-    if category_kind(category) == "agentic":
+    if category in NOT_RUNNABLE:
         raise ValueError(f"BFCL category {category!r} is not run here: {NOT_RUNNABLE_REASON[category]}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit {limit} must be >= 1 (or None for every entry)")
@@ -96,7 +103,7 @@ def load_category(category: str, limit: int | None = None) -> list[BFCLEntry]:
 def category_size(category: str) -> int:
     """Entries in the full category, agentic ones included (the leaderboard weights a category that was
     not run by its full size)."""
-    if category_kind(category) != "agentic":
+    if category not in NOT_RUNNABLE:
         return len(_load_all(category))
     u = load_bfcl().utils
     return len(u.load_dataset_entry(category, include_prereq=False, include_language_specific_hint=False))

@@ -12,6 +12,8 @@ How the ground truth becomes tool calls:
   order) are all emitted at step 0 of turn t; every later step, and every turn whose ground truth is
   empty (miss_param / miss_func turns), is a plain text reply.
 - irrelevance / live_irrelevance: a text reply; live_relevance: a call to the first tool.
+- memory (kv, rec_sum): a text reply stating the first ground-truth answer (perturbed: "Unclear."); the
+  scenario's prerequisite conversations get a plain text reply (they are not scored).
 """
 
 from __future__ import annotations
@@ -130,9 +132,14 @@ class BFCLGoldPolicy:
 
     def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int | None = None,
               context: Mapping[str, Any] | None = None) -> AssistantReply:
-        if not context or context.get("entry_id") not in self.entries:
-            raise KeyError(f"BFCLGoldPolicy has no entry {None if not context else context.get('entry_id')!r}")
-        entry = self.entries[context["entry_id"]]
+        entry_id = None if not context else context.get("entry_id")
+        if entry_id not in self.entries and "_prereq_" in str(entry_id):  # memory prerequisite: not scored
+            return AssistantReply(content="Noted.")
+        if entry_id not in self.entries:
+            raise KeyError(f"BFCLGoldPolicy has no entry {entry_id!r}")
+        entry = self.entries[entry_id]
+        if entry.kind == "memory":
+            return AssistantReply(content="Unclear." if self.perturb else f"The answer is {entry.ground_truth[0]}.")
         calls = self._calls(entry, tools, int(context.get("turn", 0)), int(context.get("step", 0)))
         for i, c in enumerate(calls):
             c.id = f"call_{context.get('turn', 0)}_{context.get('step', 0)}_{i}"

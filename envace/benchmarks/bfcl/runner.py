@@ -7,7 +7,9 @@ replaced by `policy.reply(messages, tools)`. Everything else is BFCL's code, unc
 tool results appended as `tool` messages, at most MAXIMUM_STEP_LIMIT = 20 steps per turn before a force
 quit, miss_func docs injected at their turn with BFCL's "I have updated some more functions..." message),
 and the FC decoders (`decode_ast` / `decode_execute`). Exceptions during inference are recorded as the
-result string "Error during inference: ..." as BFCL's generation script does.
+result string "Error during inference: ..." as BFCL's generation script does, plus a typed `TaskError`
+whose stage is `policy` when the model call raised and `environment` otherwise (BFCL's loop and backends).
+The handler keeps the conversation of its last query (`messages()`, OpenAI chat dicts) for the record.
 
 Safety departure: BFCL executes a multi-turn call by `eval` of `name(key=repr(value), ...)` built from the
 model's output, so a model-chosen name like `open` or an argument name like `a=...,b` would run arbitrary
@@ -35,6 +37,7 @@ from typing import Any
 from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.benchmarks.bfcl.compat import load_bfcl
 from envace.benchmarks.bfcl.data import BFCLEntry
+from envace.benchmarks.errors import StageTracker, TaskStage
 from envace.rollout.seeds import derive_seed
 
 
@@ -90,6 +93,13 @@ def policy_handler_class() -> type:
             self.policy, self.seed, self.sample = policy, seed, sample
             self.entry: BFCLEntry | None = None
             self.replies: list[AssistantReply] = []
+            self.tracker = StageTracker(TaskStage.ENVIRONMENT)
+            self.last_query: list[dict[str, Any]] = []
+
+        def messages(self) -> list[dict[str, Any]]:
+            """The conversation as the model saw it at its last query, plus its last reply."""
+            tail = [self.replies[-1].to_message()] if self.replies else []
+            return [dict(m) for m in self.last_query] + tail
 
         def _query_FC(self, inference_data: dict) -> tuple[AssistantReply, float]:
             messages = list(inference_data["message"])
@@ -99,7 +109,10 @@ def policy_handler_class() -> type:
                    "category": entry.category if entry else None, "sample": self.sample, "turn": turn, "step": step}
             seed = derive_seed(self.seed, ctx["entry_id"], self.sample, turn, step)
             start = time.perf_counter()
+            self.last_query = messages
+            self.tracker.stage = TaskStage.POLICY  # left at `policy` if the call raises
             reply = self.policy.reply(messages, inference_data["tools"], seed=seed, context=ctx)
+            self.tracker.stage = TaskStage.ENVIRONMENT
             self.replies.append(reply)
             return reply, time.perf_counter() - start
 
@@ -133,11 +146,13 @@ def make_handler(policy: BenchPolicy, tag: str, seed: int = 0, sample: int = 0) 
 def infer(handler: Any, entry: BFCLEntry) -> dict[str, Any]:
     """Run one entry through BFCL's inference loop; returns BFCL's result record (`id`, `result`, metadata)."""
     test_case = deepcopy(entry.prompt)  # the loop mutates function docs (miss_func) and questions
-    handler.entry, handler.replies = entry, []
+    handler.entry, handler.replies, handler.last_query = entry, [], []
+    handler.tracker.stage = TaskStage.ENVIRONMENT
     try:
         result, metadata = handler.inference(test_case, include_input_log=False, exclude_state_log=True)
     except Exception as exc:  # as BFCL's multi_threaded_inference: record and go on
-        result, metadata = f"Error during inference: {exc}", {"traceback": traceback.format_exc(limit=10)}
+        result, metadata = f"Error during inference: {exc}", {"traceback": traceback.format_exc(limit=10),
+                                                              "task_error": handler.tracker.error(exc)}
     return {"id": entry.id, "result": result, **metadata}
 
 

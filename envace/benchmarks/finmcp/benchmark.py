@@ -5,9 +5,10 @@ For each of the first `limit` records and each of k samples: the teacher-forced 
 tool server (replay.py), then the name-multiset metrics (metrics.py) over all (record, sample) pairs.
 `groups` holds TP / TR / TF1 (tool precision / recall / F1) macro and micro plus EMR, the form
 report.py prints; `overall` = macro TF1 (whether the paper's TF1 is macro or micro is unknown: both are
-reported). Categories: one per L1 scenario, accuracy = that scenario's macro TF1. A sample whose policy
-call raised (transport failure) is recorded with `error` and dropped from the metrics, as the official
-evaluation drops samples flagged `error`.
+reported). Categories: one per L1 scenario, accuracy = that scenario's macro TF1. A sample that raised
+(a policy transport failure, our loop) is recorded with its `task_error` (errors.py) and scored as a
+failure: no predicted tool, so TP 0 / FP 0 / FN = its gold calls and no exact match. Departure: the
+official evaluation drops samples flagged `error`, which would let errors raise the score.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
+from envace.benchmarks.errors import StagedPolicy, StageTracker, failed_record
 from envace.engines.reply import BenchPolicy
 from envace.benchmarks.finmcp.data import FinMCPRecord, load_records, load_tool_schemas, synthesise_schemas
 from envace.benchmarks.finmcp.metrics import SampleCounts, aggregate, breakdown, tool_names
@@ -53,7 +55,7 @@ class FinMCPBenchmark:
                                     int(m["N"]), int(m["N"]) // k, note="accuracy = macro tool F1")
                 for name, m in by_l1.items()}
         groups: dict[str, float | None] = {key: v for key, v in overall_metrics.items() if key != "N"}
-        errors = sum(r["error"] is not None for r in out)
+        errors = sum(r["task_error"] is not None for r in out)
         result = BenchmarkResult(
             benchmark="finmcp", categories=cats, groups=groups, overall=overall_metrics.get("TF1_macro"),
             overall_definition=OVERALL_DEFINITION,
@@ -63,25 +65,33 @@ class FinMCPBenchmark:
             meta={"data_path": str(self.data_path), "tools": str(self.tools_path) if self.tools_path else "synthesised",
                   "replay": replay, "by_level1": by_l1, "by_difficulty": breakdown(counts, [r.level for r in kept]),
                   "by_task": breakdown(counts, [r.task for r in kept]), "errors": errors})
+        result.note_task_errors()
         if self.out_dir is not None:
             result.save(self.out_dir / f"finmcp_{uuid.uuid4().hex[:8]}.json")
         return result
 
     def _one(self, policy: BenchPolicy, rec: FinMCPRecord, tools: list[dict[str, Any]], sample: int, seed: int,
              counts: list[SampleCounts], kept: list[FinMCPRecord], replay: dict[str, int]) -> dict[str, Any]:
+        gold = tool_names(rec.messages)
+        tracker = StageTracker()
         try:
-            run = teacher_forced(policy, rec, tools, sample=sample, seed=seed, max_tool_num=self.max_tool_num)
-        except Exception as exc:  # noqa: BLE001 - recorded and dropped, as the official `error` samples
-            return {"id": rec.id, "category": rec.level1, "sample": sample, "error": f"{type(exc).__name__}: {exc}"}
-        pred, gold = tool_names(run.messages_pred), tool_names(rec.messages)
+            run = teacher_forced(StagedPolicy(policy, tracker), rec, tools, sample=sample, seed=seed,
+                                 max_tool_num=self.max_tool_num)
+        except Exception as exc:  # noqa: BLE001 - that sample's error, scored as a failure; the run goes on
+            counts.append(SampleCounts(0, 0, len(gold), False))
+            kept.append(rec)
+            return failed_record(rec.id, rec.level1, sample, seed, tracker.error(exc), pred_tools=[],
+                                 gold_tools=gold, tp=0, fp=0, fn=len(gold))
+        pred = tool_names(run.messages_pred)
         c = SampleCounts.of(pred, gold)
         counts.append(c)
         kept.append(rec)
         for key, v in run.replay.items():
             replay[key] += v
-        return {"id": rec.id, "category": rec.level1, "sample": sample, "error": None, "pred_tools": pred,
-                "gold_tools": gold, "tp": c.tp, "fp": c.fp, "fn": c.fn, "valid": c.exact, "replay": run.replay,
-                "queries": run.queries}
+        return {"id": rec.id, "category": rec.level1, "sample": sample, "seed": seed, "task_error": None,
+                "pred_tools": pred, "gold_tools": gold, "tp": c.tp, "fp": c.fp, "fn": c.fn, "valid": c.exact,
+                "reward": float(c.exact), "replay": run.replay, "queries": run.queries,
+                "messages": run.messages_pred}
 
     def _departures(self, limit: int | None, k: int, errors: int, replay: dict[str, int]) -> list[str]:
         out = ["tools answered by a replay server from the recorded ground-truth tool messages of the same turn "
@@ -98,5 +108,6 @@ class FinMCPBenchmark:
         if k > 1:
             out.append(f"metrics pooled over k={k} samples per record (official: one)")
         if errors:
-            out.append(f"{errors} (record, sample) pairs failed in transport and were dropped")
+            out.append(f"{errors} (record, sample) pairs raised and score as failures (no tool predicted; the "
+                       "official evaluation drops them)")
         return out
