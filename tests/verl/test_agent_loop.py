@@ -50,13 +50,15 @@ def role_loop(**kw):
 def test_rehearse_mode_rows(run_session, verl_api, verl_config_factory, rl_dataset, world_tasks, tokenizer,
                             scripted_server, count_env):
     task = world_tasks[TWO_CALLS]
-    config = verl_config_factory(loop=role_loop(), allow_temperature_mismatch=True)
+    config = verl_config_factory(loop=role_loop())
     server = scripted_server(task)
     outputs = run_session(config, server, tokenizer, rl_dataset[TWO_CALLS])
 
     assert all(isinstance(o, verl_api["agent_loop"].AgentLoopOutput) for o in outputs)
     assert [o.extra_fields["role"] for o in outputs] == ["act", "rehearse", "rehearse", "act"]
     assert [o.extra_fields["turn_index"] for o in outputs] == [0, 1, 2, 3]
+    # each row records the temperature it was sampled at: the trainer's log-probs use it
+    assert [o.extra_fields["temperature"] for o in outputs] == [0.7, 0.3, 0.3, 0.7]
     assert {o.extra_fields["trajectory_id"] for o in outputs} == {"uid-a_0"}
     assert count_env == {"execute": 0, "reset": 0}  # the policy wrote every observation
 

@@ -122,8 +122,8 @@ def test_launch_needs_a_ray_cluster(example_cfg):
 
 def test_config_errors_name_the_fix(example_cfg):
     # (pydantic wraps a validator's ConfigError in a ValidationError; both are ValueErrors)
-    with pytest.raises(ValueError, match="allow_temperature_mismatch"):
-        VerlLaunchConfig(model="m", train_files=["x"], loop=LoopSettings(act={"temperature": 0.01}))
+    # role temperatures other than rollout.temperature are honoured (per-row log-probs), no longer refused
+    VerlLaunchConfig(model="m", train_files=["x"], loop=LoopSettings(rehearse={"temperature": 0.01}))
     with pytest.raises(ValueError, match="not divisible"):
         VerlLaunchConfig(model="m", train_files=["x"], train_batch_size=3, n=3)
     with pytest.raises(ValueError, match="simulator.base_url"):

@@ -10,6 +10,7 @@ rows, pads the batch with verl's own `upsample_batch_to_divisible_size`, and run
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 import torch
@@ -114,6 +115,8 @@ def test_one_optimizer_step_per_training_step(verl_api, verl_config_factory, sin
     config = verl_config_factory(loop=LoopSettings(single_update=single_update))
     trainer = bare_trainer(config)
     trainer.actor_rollout_wg = _StubActorGroup()
+    # per-row temperatures read TransferQueue (test_role_temperatures.py); this test is about mini-batches
+    trainer._row_temperatures = lambda batch: contextlib.nullcontext()
     batch = KVBatchMeta(partition_id="train", keys=[f"u_{i}_0" for i in range(96)], tags=[{}] * 96)
     metrics: dict = {}
     trainer._update_actor(batch, metrics)

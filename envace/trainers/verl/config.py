@@ -3,11 +3,10 @@ config and is read by the agent loop and the trainer in every Ray process) and `
 (what `envace train --backend verl CONFIG` reads to build the Hydra overrides).
 
 Role sampling: each role's temperature / top_p default to verl's own per-call sampling parameters
-(`rollout.temperature`, or `rollout.val_kwargs.*` during validation). Setting a role temperature that
-differs from `rollout.temperature` is refused unless `allow_temperature_mismatch` is set, because verl
-0.9.1 recomputes the old and new log-probs for the loss at the single `rollout.temperature`: a role
-sampled at another temperature would be trained at the wrong one (envace's rule is that log-probs are
-taken at the temperature the tokens were sampled with).
+(`rollout.temperature`, or `rollout.val_kwargs.*` during validation). A role temperature may differ
+from `rollout.temperature` (the paper: Act 1.0, Rehearse 0.01): the agent loop records each call's
+temperature on its row and envace's trainer computes the old, reference and updated log-probs of every
+row at it (trainer.py, temperature.py), envace's rule on both backends.
 """
 
 from __future__ import annotations
@@ -116,7 +115,8 @@ class VerlLaunchConfig(BaseConfig):
     norm_std: bool = Field(False, description="Divide advantages by the group std (paper: off).")
     temperature: float = Field(1.0, ge=0, description="verl rollout temperature (reference training: 1.0).")
     allow_temperature_mismatch: bool = Field(
-        False, description="Allow role temperatures != rollout temperature (log-probs are then taken at the latter).")
+        False, description="Deprecated, no effect: role temperatures are honoured in the log-probs (kept so old "
+                           "configs load).")
     max_prompt_length: int = Field(4000, ge=16, description="First-prompt limit; longer rows dropped (ref.: 4000).")
     rollout_prompt_length: int = Field(12000, ge=16, description="Prompt limit of any role call (reference: 12000).")
     max_response_length: int = Field(8000, ge=1, description="Tokens per role call (reference: 8000).")
@@ -163,12 +163,4 @@ class VerlLaunchConfig(BaseConfig):
         if self.rollout_prompt_length + 1 > self.max_model_len:
             raise ConfigError(f"rollout_prompt_length {self.rollout_prompt_length} leaves no room to generate in "
                               f"max_model_len {self.max_model_len}; raise max_model_len")
-        if not self.allow_temperature_mismatch:
-            for role in ("act", "rehearse"):
-                t = getattr(self.loop, role).temperature
-                if t is not None and t != self.temperature:
-                    raise ConfigError(
-                        f"loop.{role}.temperature = {t} differs from temperature = {self.temperature}; verl 0.9.1 "
-                        f"computes training log-probs at the rollout temperature only. Set temperature={t}, or "
-                        f"allow_temperature_mismatch=true to accept the mismatch")
         return self

@@ -6,7 +6,8 @@ servers), then scores the trajectory with the embedded trainer's `RewardScorer` 
 judge, or the tool world's end state, verified by replaying the Act calls on a fresh world). `episode_outputs` turns every *trainable* generation into one row:
 prompt = that call's full prompt ids, response = its generated ids (mask all 1, its sampled log-probs),
 `reward_score` = the episode reward on every row, and `extra_fields` carrying the role, the trajectory
-id and the turn index for the role-wise advantage. Frozen-simulator generations are not rows.
+id and the turn index for the role-wise advantage, and the call's log-prob temperature (its sampling
+temperature; 1.0 for a greedy call) for the trainer's per-row log-probs. Frozen-simulator generations are not rows.
 
 An unscored episode (judge failure) gets `reward_score` 0.0 so verl's metrics stay finite, with
 `extra_fields["envace_scored"] = False`: envace's trainer leaves such rows out of the group baselines
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envace.config import RolloutConfig, SamplingConfig
-from envace.engines.base import GenerationEngine
+from envace.engines.base import GenerationEngine, logprob_temperature
 from envace.rewards import JudgeSettings, LLMJudge
 from envace.trainers.rewarding import RewardScorer
 from envace.rollout import run_rollout
@@ -135,6 +136,7 @@ def episode_outputs(result: EpisodeResult, *, trajectory_id: str, response_lengt
         last = n == len(rows) - 1
         extra = {
             "role": turn.role.value, "trajectory_id": trajectory_id, "turn_index": i, "row_index": n,
+            "temperature": logprob_temperature(turn.temperature),
             "user_turn": turn.user_turn, "termination": traj.termination.value if traj.termination else None,
             "envace_scored": scored, "envace_reward": traj.reward,
             "envace_breakdown": json.dumps(traj.reward_breakdown, default=str) if last else None,

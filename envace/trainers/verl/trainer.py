@@ -14,11 +14,16 @@ A subclass of verl's synchronous trainer (`PPOTrainerSync`) that changes two ste
   padded to a multiple of M x lcm(n, data-parallel size) so it splits evenly. verl would otherwise split
   rows into mini-batches of ppo_mini_batch_size x n rows, and a step of EnvACE rows (one per role call)
   is several times that.
+- `_compute_old_log_prob`, `_compute_ref_log_prob`, `_update_actor`: each row's log-probs are taken at the
+  temperature it was sampled with (Act 1.0, Rehearse 0.01 in the paper), not at the one
+  `rollout.temperature` verl passes for the whole batch (see temperature.py).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -27,6 +32,8 @@ from omegaconf import open_dict
 from envace.trainers.verl.advantage import ESTIMATOR, apply_role_advantages
 from envace.trainers.verl.config import LoopSettings
 from envace.trainers.verl.deps import require
+from envace.trainers.verl.temperature import (TEMPERATURE_FIELD, RowTemperatureGroup, row_temperatures,
+                                              uniform_temperature)
 
 TRAINER_MODE = "envace"
 
@@ -50,6 +57,39 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
         if getattr(self, "_envace_settings", None) is None:
             self._envace_settings = LoopSettings.from_verl(self.config)
         return self._envace_settings
+
+    @contextmanager
+    def _row_temperatures(self, batch: Any) -> Iterator[None]:
+        """Within: the actor / reference worker groups compute each row at its sampling temperature."""
+        td = _tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        # pop + tolist gives plain dicts (indexing would give tensordict's NonTensorData wrappers)
+        temps = row_temperatures(td.pop("extra_fields").tolist(), self.config.actor_rollout_ref.rollout.temperature)
+        uniform = uniform_temperature(temps)
+        if uniform is None:
+            if self.config.actor_rollout_ref.model.get("use_fused_kernels", False):
+                raise ValueError("rows sampled at different temperatures (role temperatures) need per-row "
+                                 "log-prob temperatures, which verl's fused kernels do not support; set "
+                                 "actor_rollout_ref.model.use_fused_kernels=false")
+            _tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                             fields=_tensordict.TensorDict({TEMPERATURE_FIELD: temps}, batch_size=len(batch)))
+        names = [n for n in ("actor_rollout_wg", "ref_policy_wg") if getattr(self, n, None) is not None]
+        saved = {n: getattr(self, n) for n in names}
+        wrapped: dict[int, RowTemperatureGroup] = {}  # ref_policy_wg may be the actor's own group
+        for n, group in saved.items():
+            setattr(self, n, wrapped.setdefault(id(group), RowTemperatureGroup(group, uniform)))
+        try:
+            yield
+        finally:
+            for n, group in saved.items():
+                setattr(self, n, group)
+
+    def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
+        with self._row_temperatures(batch):
+            return super()._compute_old_log_prob(batch, metrics)
+
+    def _compute_ref_log_prob(self, batch: Any, metrics: dict) -> Any:
+        with self._row_temperatures(batch):
+            return super()._compute_ref_log_prob(batch, metrics)
 
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
         algo = self.config.algorithm
@@ -101,6 +141,10 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
         return multiple
 
     def _update_actor(self, batch: Any, metrics: dict) -> Any:
+        with self._row_temperatures(batch):
+            return self._update_actor_once(batch, metrics)
+
+    def _update_actor_once(self, batch: Any, metrics: dict) -> Any:
         if not self.envace_settings.single_update:
             return super()._update_actor(batch, metrics)
         actor = self.config.actor_rollout_ref.actor
