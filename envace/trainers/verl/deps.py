@@ -12,9 +12,11 @@ from types import ModuleType
 
 VERL_VERSION = "0.9.1"
 INSTALL_VERL = f"pip install 'verl[verl-core]=={VERL_VERSION}'"
-# verl 0.9.1's own GPU extras pin vllm==0.24.0 with torch==2.11.0 (and sglang==0.5.12): install those, on
-# GPU machines only (the wheels replace a CPU torch)
-INSTALL_GPU = f"pip install 'verl[vllm,fsdp]=={VERL_VERSION}'  (GPU machines only: vllm 0.24.0 + torch 2.11.0)"
+# verl 0.9.1's own GPU extras pin vllm==0.24.0 with torch==2.11.0 (and sglang==0.5.12), which cannot resolve
+# with envace's CPU pin torch==2.13.0: a cluster installs verl's stack from requirements/gpu-cluster.txt and
+# envace with --no-deps (docs/gpu.md, section 1), on GPU machines only
+INSTALL_GPU = ("pip install -r requirements/gpu-cluster.txt && pip install --no-deps -e .  (GPU machines only: "
+               "verl's tested vllm 0.24.0 + torch 2.11.0; see docs/gpu.md)")
 
 # module -> (what it is for, how to install it)
 _HINTS: dict[str, tuple[str, str]] = {
