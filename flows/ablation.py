@@ -20,9 +20,3 @@ from flows.common import execute_sweep
 def ablation_sweep(config: str, overrides: list[str] | None = None) -> dict[str, Any]:
     """Run the sweep described by the YAML at `config` (with `key=value` overrides of the sweep config)."""
     return execute_sweep(load_config(SweepConfig, config, overrides or []))
-
-
-@flow(name="sweep")
-def sweep_from_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Run a sweep given as a SweepConfig mapping (programmatic use, e.g. `envace demo`)."""
-    return execute_sweep(SweepConfig.model_validate(config))

@@ -1,5 +1,5 @@
-"""Training flows: the SFT cold start and RL on the embedded backend (`envace.trainers.embedded.train`,
-which logs its own MLflow run and resumes from its latest checkpoint) or on verl
+"""Training: the SFT cold-start task (the pipeline flow runs it) and the RL flow on the embedded backend
+(`envace.trainers.embedded.train`, which logs its own MLflow run and resumes from its latest checkpoint) or on verl
 (`envace.trainers.verl.launcher.launch_verl`, against the Ray cluster at RAY_ADDRESS; `dry_run` only
 builds and returns the command). A run whose config names an endpoint (LLM judge, simulator, remote
 model) is retried with exponential backoff; a retry resumes from the last checkpoint.
@@ -50,12 +50,6 @@ def with_endpoint_retries(t, cfg: BaseConfig, retries: int, backoff_s: float, fo
         return t.with_options(retries=retries, retry_delay_seconds=exponential_backoff(backoff_factor=backoff_s),
                               retry_jitter_factor=0.2)
     return t
-
-
-@flow(name="sft")
-def sft_flow(config: str | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Supervised cold start (`envace sft`)."""
-    return sft_task(load_config(SFTConfig, config, overrides or []))
 
 
 @flow(name="train")

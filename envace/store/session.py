@@ -25,7 +25,7 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 STORE_DIR = Path(__file__).resolve().parent
 ALEMBIC_INI = STORE_DIR / "alembic.ini"
@@ -90,10 +90,6 @@ def make_engine(url_or_path: str | Path | URL, *, read_only: bool = False, echo:
     if read_only and url.get_backend_name() == "postgresql":
         kwargs["connect_args"] = {"options": "-c default_transaction_read_only=on"}
     return sa.create_engine(url, **kwargs)
-
-
-def session_factory(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
 
 
 @contextmanager

@@ -57,7 +57,6 @@ from envace.secrets import mask_secrets, mask_text  # noqa: E402
 from envace.tracking.lifecycle import RunOutcome, outcome_of, sigterm_raises  # noqa: E402
 from envace.tracking.dvc_hash import input_hashes  # noqa: E402
 from envace.tracking.gitinfo import git_info  # noqa: E402
-from envace.types import Role  # noqa: E402
 
 DEFAULT_DIR = "mlruns"
 # Checkpoints up to this size (MiB, the whole step directory) are uploaded as run artifacts; larger ones
@@ -245,11 +244,6 @@ class MlflowRun:
         for i in range(0, len(points), 1000):
             self.client.log_batch(self.run_id, metrics=points[i:i + 1000])
         return len(points)
-
-    def log_role_metrics(self, step: int, role: Role | str, metrics: Mapping[str, float | int | None]) -> int:
-        """Metrics of one role under `<role>/<name>` keys (e.g. `act/reward`, `rehearse/adv_mean`)."""
-        r = role.value if isinstance(role, Role) else str(role)
-        return self.log_step_metrics(step, {f"{r}/{k}": v for k, v in metrics.items()})
 
     def metric_history(self, key: str) -> list[tuple[int, float]]:
         return sorted((m.step, m.value) for m in self.client.get_metric_history(self.run_id, metric_key(key)))

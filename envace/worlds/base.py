@@ -94,23 +94,6 @@ def schema_from_docstring(fn: Callable[..., Any]) -> dict[str, Any]:
     return tool_schema(fn.__name__, props, required, description=lines[0])
 
 
-_SHORT = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}
-
-
-def render_signatures(tools: list[dict[str, Any]]) -> str:
-    """Compact one-line-per-tool rendering, e.g. `add_stock(item: str, qty: int) - Add units of an
-    item to stock.` A prompt builder can use it instead of the JSON schemas to shorten the prompt
-    (the tiny-model probe's 79-token system prompt used this form)."""
-    lines = []
-    for t in tools:
-        fn = t.get("function", t)
-        props = (fn.get("parameters") or {}).get("properties") or {}
-        args = ", ".join(f"{k}: {_SHORT.get(v.get('type', ''), v.get('type', 'any'))}" for k, v in props.items())
-        desc = fn.get("description", "")
-        lines.append(f"{fn['name']}({args})" + (f" - {desc}" if desc else ""))
-    return "\n".join(lines)
-
-
 @dataclass(frozen=True)
 class ToolSpec:
     name: str

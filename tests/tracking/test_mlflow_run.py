@@ -20,7 +20,6 @@ from envace.tracking.mlflow_run import (
     resolve_tracking_uri,
     start_run,
 )
-from envace.types import Role
 
 
 class Inner(BaseConfig):
@@ -50,8 +49,8 @@ def test_run_with_params_role_metrics_tags_and_artifacts(mlflow_dir, tmp_path):
     ckpt.mkdir()
     (ckpt / "model.safetensors").write_bytes(b"\0" * 10)
     with start_run(mlflow_dir, "exp-a", "train-1", Cfg(), input_paths=[data], tags={"kind": "train"}) as run:
-        run.log_role_metrics(0, Role.ACT, {"reward": 0.25, "adv_mean": 0.0})
-        run.log_role_metrics(0, "rehearse", {"adv_mean": -0.5, "skipped": None})
+        run.log_step_metrics(0, {"act/reward": 0.25, "act/adv_mean": 0.0, "rehearse/adv_mean": -0.5,
+                                 "rehearse/skipped": None})
         run.log_step_metrics(1, {"loss": 2.0})
         run.log_artifact_dict({"a": [1, 2]}, "samples/step_0.json")
         run.log_table(pd.DataFrame({"tool": ["x", "y"], "exact": [1.0, 0.5]}), "eval/fidelity.json")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from envace.worlds.base import ToolDefinitionError, Toolkit, WorldDB, read_tool, render_signatures, write_tool
+from envace.worlds.base import ToolDefinitionError, Toolkit, WorldDB, read_tool, write_tool
 from envace.worlds.shop.db import ShopDB
 from envace.worlds.shop.tools import ShopTools
 
@@ -76,8 +76,3 @@ def test_database_clone_equality_and_hash():
     assert other != db and other.digest() != db.digest()
     assert db.stock["apple"] == 3  # a deep copy: the original is untouched
     assert isinstance(db, WorldDB)
-
-
-def test_compact_signatures():
-    text = render_signatures(ShopTools.schemas())
-    assert text.splitlines()[0] == "add_stock(item: str, qty: int) - Add units of an item to stock."
