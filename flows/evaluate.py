@@ -1,5 +1,6 @@
 """The evaluation flow: one checkpoint on the tool world (real environment, with rehearsal fidelity) and
-the benchmarks, fanned out as one task per benchmark (`envace.evaluation.run.run_eval` with
+the benchmarks (one EvalConfig: policy / user-simulator / judge slots, benchmark data paths), fanned out
+as one task per benchmark (`envace.evaluation.run.run_eval` with
 `benchmarks=[b]`, results in `<out_dir>/<b>/eval.json`; several at once run in worker processes, as
 sweep cells do). A benchmark task whose config names an
 endpoint (remote judge / user simulator / model URL), or any task when `remote=True`, retries with
@@ -27,21 +28,46 @@ from flows.train import with_endpoint_retries
 ALL_BENCHMARKS = ["world", "bfcl", "tau2", "vita", "finmcp"]
 
 
+def default_benchmarks(cfg: EvalConfig) -> list[str]:
+    """world (local policies), bfcl, tau2, and vita / finmcp when their data paths are set."""
+    out = ["world"] if cfg.policy is not None and cfg.policy.kind.value == "local" else []
+    out += ["bfcl", "tau2"]
+    out += [b for b in ("vita", "finmcp") if getattr(cfg.paths, b)]
+    return out
+
+
 @task(name="benchmark-eval", tags=["envace-eval"])
 def benchmark_task(cfg: EvalConfig) -> dict[str, Any]:
     return run_eval(cfg)
 
 
 @flow(name="evaluate-checkpoint")
-def evaluate_checkpoint(model: str, benchmarks: list[str] | None = None, overrides: list[str] | None = None,
-                        out_dir: str | None = None, mlflow_uri: str | None = None, experiment: str = "envace-eval",
+def evaluate_checkpoint(model: str | None = None, benchmarks: list[str] | None = None,
+                        overrides: list[str] | None = None, out_dir: str | None = None,
+                        mlflow_uri: str | None = None, experiment: str = "envace-eval",
                         parent_run_id: str | None = None, max_workers: int = 1, remote: bool | None = None,
-                        retries: int = 3, retry_backoff_s: float = 10.0) -> dict[str, Any]:
-    """Evaluate `model` (a model dir or a step_* checkpoint) on each benchmark as its own task."""
+                        retries: int = 3, retry_backoff_s: float = 10.0, config: str | None = None,
+                        paths: dict[str, str] | None = None, judge: dict[str, Any] | None = None,
+                        user_sim: dict[str, Any] | None = None, k: int | None = None) -> dict[str, Any]:
+    """Evaluate `model` (a model dir or a step_* checkpoint; or None with policy.* in the config /
+    overrides) on each benchmark as its own task. `config` is an EvalConfig YAML; `paths`, `judge`,
+    `user_sim` and `k` are EvalConfig fields (e.g. paths={"vita": ...}, judge={"base_url": ..., "model": ...,
+    "api_key_env": "JUDGE_KEY"}). Default benchmarks: world, bfcl, tau2, and vita / finmcp when their
+    data paths are set."""
     logger = get_run_logger()
-    benchmarks = benchmarks or ALL_BENCHMARKS
-    out = Path(out_dir) if out_dir else resolve_model_dir(model).parent / f"eval_{Path(model).name}"
-    configs = {b: load_config(EvalConfig, None, overrides or [], model=model, benchmarks=[b], out_dir=str(out / b))
+    values: dict[str, Any] = {k_: v for k_, v in (("model", model), ("paths", paths), ("judge", judge),
+                                                  ("user_sim", user_sim), ("k", k)) if v is not None}
+    # the benchmark list is set per task below (a YAML's `benchmarks` is replaced by it)
+    base = load_config(EvalConfig, config, overrides or [], **values, benchmarks=["bfcl"])
+    benchmarks = benchmarks or default_benchmarks(base)
+    name = base.model_name()
+    if out_dir:
+        out = Path(out_dir)
+    elif model:
+        out = resolve_model_dir(model).parent / f"eval_{Path(model).name}"
+    else:
+        out = Path("runs") / f"eval_{name}"
+    configs = {b: EvalConfig.model_validate({**base.model_dump(), "benchmarks": [b], "out_dir": str(out / b)})
                for b in benchmarks}
     results: dict[str, Any] = {}
     failed: dict[str, str] = {}
@@ -64,13 +90,15 @@ def evaluate_checkpoint(model: str, benchmarks: list[str] | None = None, overrid
                 failed[b] = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(fut.state.message)
                 logger.error("eval[%s]: FAILED: %s", b, failed[b])
     uri = mlflow_uri or str(out / "mlflow")
-    with start_run(uri, experiment, f"eval-{Path(model).name}",
-                   {"model": model, "benchmarks": benchmarks, "overrides": overrides or []},
-                   parent_run_id=parent_run_id, tags={"envace.kind": "eval"}, input_paths=[model]) as run:
+    with start_run(uri, experiment, f"eval-{name}",
+                   {"model": model, "benchmarks": benchmarks, "overrides": overrides or [],
+                    "config": base.model_dump(mode="json")},
+                   parent_run_id=parent_run_id, tags={"envace.kind": "eval"},
+                   input_paths=[model] if model else []) as run:
         for b, res in results.items():  # world: eval/world/<metric>; others: eval/<benchmark>/<metric>
             run.log_step_metrics(0, eval_metrics(res, prefix="eval" if b == "world" else f"eval/{b}"))
             run.log_artifact_dict(res, f"eval/{b}.json")
         run.set_tags({"envace.failed_benchmarks": ",".join(sorted(failed))})
     if failed:
         logger.error("benchmarks failed: %s", "; ".join(f"{b}: {e}" for b, e in failed.items()))
-    return {"model": model, "results": results, "failed": failed, "mlflow_run_id": run.run_id, "out_dir": str(out)}
+    return {"model": model or name, "results": results, "failed": failed, "mlflow_run_id": run.run_id, "out_dir": str(out)}

@@ -1,7 +1,9 @@
 """The Overall report of an evaluation: Overall = mean(BFCL, τ², Vita) as in the EnvACE paper, FinMCP-Bench
 apart, our numbers beside the paper's (EnvACE-8B: 46.04 / 36.7 / 16.0 / 32.91; Qwen3-8B: 44.04 / 30.0 /
 11.4 / 28.48), and for every benchmark the policy, user-simulator and judge models, k, limit, seed and
-each departure from the official setup, plus the test-time rehearsal setting when one was used.
+each departure from the official setup, plus the test-time rehearsal setting when one was used. `slots`
+(set by `run_benchmarks`) records where each role's model came from (local dir, or endpoint URL + model
+name and the NAME of its key variable; never the key).
 
 The table and the headline arithmetic are report.py's (`headline_scores`, `report_table`,
 `report_dict`); this module adds the record of how the numbers were produced. Scores are percentages.
@@ -31,7 +33,7 @@ def overall_report(results: Iterable[BenchmarkResult] | Mapping[str, BenchmarkRe
     scores = headline_scores(by)
     per = {name: {"headline": None if r.overall is None else 100.0 * r.overall,
                   "overall_definition": r.overall_definition, "models": dict(r.models), "k": r.k, "limit": r.limit,
-                  "seed": r.seed, "departures": list(r.departures),
+                  "seed": r.seed, "departures": list(r.departures), "slots": r.meta.get("slots"),
                   "categories": {c.category: (None if c.accuracy is None else 100.0 * c.accuracy)
                                  for c in r.categories.values()}}
            for name, r in by.items()}
@@ -50,6 +52,7 @@ def overall_report(results: Iterable[BenchmarkResult] | Mapping[str, BenchmarkRe
         "paper": PAPER_RESULTS, "paper_finmcp": PAPER_FINMCP,
         "finmcp": None if fin is None else {k: (None if v is None else 100.0 * v) for k, v in fin.groups.items()},
         "models": {name: dict(r.models) for name, r in by.items()}, "k": {name: r.k for name, r in by.items()},
+        "slots": {name: r.meta.get("slots") for name, r in by.items()},
         "benchmarks": per, "departures": departures, "tts": dict(tts) if tts else None,
         "report_dict": report_dict(by), "markdown": markdown,
     }

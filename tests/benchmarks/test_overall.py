@@ -100,7 +100,9 @@ def test_run_benchmarks_with_and_without_tts(fin_path):
 def test_missing_settings_are_reported_together():
     with pytest.raises(ValueError) as err:
         run_benchmarks(["vita", "finmcp"], Searcher(), limit=1, k=1, seed=0)
-    assert "paths['vita']" in str(err.value) and "paths['finmcp']" in str(err.value)
+    # every problem at once, each naming its EvalConfig field
+    assert "- paths.vita: vita needs paths.vita" in str(err.value) and "- judge: vita needs a judge" in str(err.value)
+    assert "- paths.finmcp: finmcp needs paths.finmcp" in str(err.value)
     with pytest.raises(ValueError, match="valid names"):
         run_benchmarks(["mmlu"], Searcher(), limit=1, k=1, seed=0)
     with pytest.raises(ValueError, match="N counts private rehearsals"):

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Small enough that one training step + a 2-task evaluation take about a second on a busy CPU.
 TOY_TRAIN = ["steps=1", "prompts_per_step=1", "k=2", "save_every=1", "data.n_tasks=10", "threads=1",
              "rollout.max_assistant_turns=2", "rollout.act.max_new_tokens=16", "rollout.rehearse.max_new_tokens=16"]
-TOY_EVAL = ["n_tasks=2", "fidelity=false", "threads=1", "rollout.max_assistant_turns=2",
+TOY_EVAL = ["n_tasks=2", "k=1", "fidelity=false", "threads=1", "rollout.max_assistant_turns=2",
             "rollout.act.max_new_tokens=16", "rollout.rehearse.max_new_tokens=16"]
 
 
