@@ -45,7 +45,7 @@ import envace.trainers.embedded as embedded
 from envace.models.corpus import world_corpus
 from envace.models.tiny import TinyModelConfig, init_tiny_model
 from envace.trainers.config import TrainConfig
-from envace.trainers.tracking import RunTracker
+from envace.trainers.run_tracker import RunTracker
 
 
 class TimedTracker(RunTracker):

@@ -1,5 +1,5 @@
 """Where a run logs (`TrackingConfig`): the MLflow URI and experiment, and the trajectory store. Embedded in
-the train and eval configs; read by `envace.trainers.tracking` and the evaluation run."""
+the train and eval configs; read by `envace.trainers.run_tracker` and the evaluation run."""
 
 from __future__ import annotations
 

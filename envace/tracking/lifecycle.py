@@ -7,7 +7,7 @@ scheduler, `kill` or a container stop terminates the process.
 - any other exception (a non-zero `SystemExit` included): FAILED
 
 A SIGKILL cannot be caught; what is left RUNNING then is closed by the next start in the same run
-directory (`envace.trainers.tracking.RunTracker` marks its predecessor's runs KILLED).
+directory (`envace.trainers.run_tracker.RunTracker` marks its predecessor's runs KILLED).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from envace.trainers.rewarding import RewardScorer
 from envace.trainers.train_rows import TrainRow, assign_advantages, build_rows
 from envace.trainers.schedule import lr_at, set_lr
 from envace.trainers.shadow import shadow_metrics, shadow_replay
-from envace.trainers.tracking import RunTracker
+from envace.trainers.run_tracker import RunTracker
 from envace.trainers.update import policy_update, role_rows
 from envace.data.tasks import load_tasks
 from envace.tracking.gitinfo import git_commit

@@ -256,7 +256,7 @@ def test_engine_names_are_run_params(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from envace.trainers.config import TrainConfig
-    from envace.trainers.tracking import RunTracker
+    from envace.trainers.run_tracker import RunTracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = TrainConfig.model_validate({"model": str(tmp_path / "unused-model"), "out_dir": str(tmp_path / "run"),

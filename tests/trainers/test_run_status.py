@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from envace.store.synthetic import synthetic_trajectory
 from envace.trainers.config import TrainConfig
-from envace.trainers.tracking import RunTracker
+from envace.trainers.run_tracker import RunTracker
 
 
 def _cfg(tmp_path, **tracking) -> TrainConfig:
@@ -102,7 +102,7 @@ class socket_port:
 KILLED_EARLY = textwrap.dedent("""
     import sys, time
     from envace.trainers.config import TrainConfig
-    from envace.trainers.tracking import RunTracker
+    from envace.trainers.run_tracker import RunTracker
     tmp = sys.argv[1]
     cfg = TrainConfig.model_validate({"model": tmp + "/unused", "out_dir": tmp + "/run", "tracking": {
         "mlflow_uri": f"sqlite:///{tmp}/mlflow.db", "store_url": tmp + "/store.db"}})

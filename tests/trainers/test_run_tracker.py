@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from envace.store.synthetic import synthetic_trajectory
 from envace.trainers.config import TrainConfig
-from envace.trainers.tracking import RunTracker
+from envace.trainers.run_tracker import RunTracker
 
 
 def _history(uri: str, run_id: str, key: str) -> list[tuple[int, float, int]]:
