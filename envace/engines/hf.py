@@ -8,7 +8,7 @@ A hand-written sampling loop over `model(input_ids, past_key_values=..., use_cac
   a request gives the same tokens alone or in any batch;
 - the sampled token's log-prob under the convention of `envace.engines.base` (log_softmax(logits / T)
   over the full vocabulary, before top-p truncation; greedy rows at T = 1), which is exactly what
-  `envace.engines.scoring.response_logprobs` recomputes for the loss.
+  `envace.engines.logprobs.response_logprobs` recomputes for the loss.
 
 Prompts are left-padded with an attention mask and explicit position ids, so padding never shifts RoPE
 positions. Finished rows are dropped from the batch and the KV cache as they finish.

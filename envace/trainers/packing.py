@@ -30,7 +30,7 @@ from enum import Enum
 import torch
 
 from envace.engines.base import logprob_temperature
-from envace.engines.scoring import token_logprobs
+from envace.engines.logprobs import token_logprobs
 from envace.trainers.train_rows import TrainRow
 from envace.types import Role
 

@@ -8,7 +8,7 @@ import torch
 
 from envace.engines.base import GenerationEngine, GenRequest
 from envace.engines.hf import HFEngine, sample_rows
-from envace.engines.scoring import response_logprobs
+from envace.engines.logprobs import response_logprobs
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from envace.engines.scoring import response_logprobs
+from envace.engines.logprobs import response_logprobs
 
 
 @pytest.fixture(scope="module")

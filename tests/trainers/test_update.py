@@ -9,7 +9,7 @@ import math
 import torch
 
 from envace.algos import role_grpo_advantages
-from envace.engines.scoring import response_logprobs
+from envace.engines.logprobs import response_logprobs
 from envace.models.loading import load_policy
 from envace.trainers.config import TrainConfig
 from envace.trainers.embedded import _Policy, update_models
