@@ -49,7 +49,7 @@ from envace.rollout.tts_private import (
     private_view,
     rehearse_privately,
 )
-from envace.rollout.tts_prompts import add_to_system, memory_note
+from envace.rollout.tts_prompts import add_to_system, memory_note, with_system_note
 from envace.types import Environment, Message, Mode, Task, Trajectory
 
 __all__ = ["MAX_N", "REHEARSE_AT", "TTS_MODES", "PrivatePhase", "TTSConfig", "TTSMode", "check_tts",
@@ -66,12 +66,7 @@ def commit_task(task: Task, memory: str) -> Task:
     """The task as the committed run sees it: m_x appended to the system prompt (unchanged without one)."""
     if not memory:
         return task
-    msgs = list(task.messages)
-    if msgs and msgs[0].role == "system":
-        msgs[0] = Message(role="system", content=add_to_system(msgs[0].content, memory_note(memory)))
-    else:
-        msgs.insert(0, Message(role="system", content=memory_note(memory)))
-    return replace(task, messages=msgs)
+    return replace(task, messages=with_system_note(task.messages, memory_note(memory)))
 
 
 def _set_memory(st: EpisodeState, base_system: str | None, memory: str) -> None:

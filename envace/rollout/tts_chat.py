@@ -38,7 +38,7 @@ from envace.rollout.chat_engine import ChatPolicyEngine
 from envace.rollout.seeds import derive_seed
 from envace.rollout.tts import tts_rollout
 from envace.rollout.tts_private import PrivatePhase, TTSConfig, check_tts, private_view, rehearse_privately
-from envace.rollout.tts_prompts import memory_note, with_system_note
+from envace.rollout.tts_prompts import memory_note, openai_with_system_note
 from envace.types import Environment, Message, Task, Trajectory
 
 
@@ -172,7 +172,7 @@ class TTSPolicy:
                     reh.phases += new.phases
                     reh.notes += [note for note in new.notes if note not in reh.notes]
             if reh is not None and reh.memory:
-                messages = with_system_note(messages, memory_note(reh.memory))
+                messages = openai_with_system_note(messages, memory_note(reh.memory))
         return self.commit_policy.reply(messages, tools, seed=seed, context=context)
 
 

@@ -37,11 +37,11 @@ from envace.roles.rehearse import transcript
 from envace.rollout.machine import prompt_of, run_rollout
 from envace.rollout.seeds import derive_seed
 from envace.rollout.tts_prompts import (
-    add_to_system,
     assess_prompt,
     earlier_attempts_note,
     memory_prompt,
     parse_achieved,
+    with_system_note,
 )
 from envace.toolcall import strip_think
 from envace.types import Message, Mode, Task, Trajectory
@@ -106,16 +106,6 @@ def private_view(task: Task, said: list[Message]) -> Task:
     if not said or said[-1].role != "user":
         raise ValueError("private_view needs the conversation so far, ending with the user message to answer")
     return Task(uuid=task.uuid, tools=list(task.tools), messages=[replace(m) for m in said], domain=task.domain)
-
-
-def with_note(messages: list[Message], note: str) -> list[Message]:
-    """`messages` with `note` appended to the system prompt (one is added when there is none)."""
-    out = list(messages)
-    if out and out[0].role == "system":
-        out[0] = Message(role="system", content=add_to_system(out[0].content, note))
-    else:
-        out.insert(0, Message(role="system", content=note))
-    return out
 
 
 def said_requests(messages: list[Message]) -> str:
@@ -195,7 +185,7 @@ def rehearse_privately(views: list[Task], engine: GenerationEngine, cfg: Rollout
         _review(engine, phases, views, trajs, seed, cfg, opts)
     else:
         for i in range(n):
-            shown = [p if i == 0 else with_note(p, earlier_attempts_note(
+            shown = [p if i == 0 else with_system_note(p, earlier_attempts_note(
                 [imagined(r) for r in ph.rehearsals], ph.assessments, opts.transcript_max_chars))
                 for p, ph in zip(prefixes, phases)]
             rseed = derive_seed(seed, "tts-private", i)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from envace.types import Message
+
 MEMORY_HEADER = "Rehearsal notes (your own private, imagined attempts; nothing was executed):"
 EARLIER_HEADER = "Earlier private rehearsals of this request (imagined; nothing was executed):"
 ASSESS_MARK = "Review of an imagined attempt."
@@ -100,8 +102,17 @@ def memory_note(memory: str) -> str:
     return f"{MEMORY_HEADER}\n{memory.strip()}"
 
 
-def with_system_note(messages: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
-    """OpenAI messages with `note` appended to the system prompt (one is added when there is none)."""
+def with_system_note(messages: list[Message], note: str) -> list[Message]:
+    """`messages` with `note` appended to the system prompt (one is added when there is none); a new list."""
+    out = list(messages)
+    if out and out[0].role == "system":
+        out[0] = Message(role="system", content=add_to_system(out[0].content, note))
+        return out
+    return [Message(role="system", content=note)] + out
+
+
+def openai_with_system_note(messages: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
+    """`with_system_note` on OpenAI chat dicts (the chat-level front-end's wire form); copies each dict."""
     out = [dict(m) for m in messages]
     if out and out[0].get("role") == "system":
         out[0]["content"] = add_to_system(out[0].get("content") or "", note)

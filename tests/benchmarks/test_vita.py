@@ -1,9 +1,11 @@
 """VitaBench: the sliding-window rubric judge by hand, and the benchmark end to end on a small synthetic
 checkout in VitaBench's layout (the real one is a GitHub clone, not reachable offline).
 
-The synthetic checkout holds two English delivery tasks in VitaBench's task format, a toy delivery
-environment module with VitaBench's environment interface (get_tools / get_policy / get_response), a
-`ToolCall` model and a judge prompt yaml. The remote judge (claude-3.7-sonnet) cannot run offline:
+The synthetic checkout holds three English delivery tasks in VitaBench's task format (G3 labels its
+domain "in-store consumption", as 27 of the 100 real English instore tasks do, and has a prose rubric),
+two cross_domain tasks (one malformed), a toy delivery environment module with VitaBench's environment
+interface (get_tools / get_policy / get_response), a `ToolCall` model and a judge prompt yaml; it has no
+merged cross-domain environment module, so cross_domain tasks fail at the environment stage. The remote judge (claude-3.7-sonnet) cannot run offline:
 `KeywordJudge` is a deterministic local judge class (a test double) that marks a rubric met when the
 keyword quoted in it appears in the window.
 """
