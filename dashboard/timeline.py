@@ -3,9 +3,10 @@ holding the call, the Rehearse output that answered it and the real environment'
 rollout recorded one), with a line diff of rehearsed vs real.
 
 Pure functions over `envace.store.records` (no Streamlit), so they are tested on hand-built records.
-Rehearse turns are matched to the calls of the Act output before them in order (the rollout rehearses
-the k calls of one Act output in call order and stores them in that order); a Rehearse turn with no Act
-before it, or more Rehearse turns than calls, gets a row of its own rather than being dropped.
+An answer turn (Rehearse, frozen simulator, environment) sits in the row of the call its stored link
+names (`TurnRecord.answers`: the Act turn's id and the call index, recorded by the rollout). An answer
+without a link (stored before the links existed) or whose link names no stored call gets a row of its own
+under the Act output before it, rather than a guessed pairing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace.store.records import FidelityRecord, TrajectoryRecord, TurnRecord
-from envace.types import Role
+from envace.types import Observation, Role, ToolCall
 
 ANSWER_ROLES = (Role.REHEARSE, Role.ENV)
 
@@ -30,20 +31,15 @@ def pretty(value: Any) -> str:
         return repr(value)
 
 
-def pretty_call(call: dict[str, Any] | None) -> str:
-    if not call:
+def pretty_call(call: ToolCall | None) -> str:
+    if call is None:
         return ""
-    return pretty({"name": call.get("name"), "arguments": call.get("arguments")})
+    return pretty({"name": call.name, "arguments": call.arguments})
 
 
-def observation_value(obs: dict[str, Any] | None) -> Any:
-    """The JSON value an agent would have seen for a stored observation dict (content, or the error
-    object when there is no content), as the store scores fidelity against."""
-    if obs is None:
-        return None
-    if obs.get("error") is not None and obs.get("content") is None:
-        return {"error_tool_call": {"code": obs.get("error"), "message": obs.get("detail", "")}}
-    return obs.get("content")
+def observation_value(obs: Observation | None) -> Any:
+    """What the agent saw for a stored observation (`Observation.agent_value`), None without one."""
+    return None if obs is None else obs.agent_value()
 
 
 def line_diff(rehearsed: str, real: str) -> str:
@@ -55,7 +51,7 @@ def line_diff(rehearsed: str, real: str) -> str:
 
 @dataclass
 class CallRow:
-    call: dict[str, Any] | None  # {"name", "arguments"[, "id"]}
+    call: ToolCall | None
     answer: TurnRecord | None = None  # the Rehearse (or frozen simulator) turn that answered it
     fidelity: FidelityRecord | None = None
 
@@ -77,8 +73,8 @@ class CallRow:
         if self.fidelity is not None and self.fidelity.json_valid:
             return pretty(self.fidelity.rehearsed)
         obs = self.answer.observation
-        if obs is not None and obs.get("content") is not None:
-            return pretty(obs["content"])
+        if obs is not None and obs.content is not None:
+            return pretty(obs.content)
         return self.answer.text
 
     @property
@@ -114,6 +110,7 @@ Block = UserBlock | ActBlock | OtherBlock
 
 def timeline(rec: TrajectoryRecord) -> list[Block]:
     fid = {p.turn_index: p for p in rec.fidelity_pairs}
+    rows: dict[tuple[int, int], CallRow] = {}  # (Act turn id, call index) -> its row
     blocks: list[Block] = []
     current: ActBlock | None = None
     for t in rec.turns:
@@ -121,19 +118,22 @@ def timeline(rec: TrajectoryRecord) -> list[Block]:
             blocks.append(UserBlock(t))
             current = None
         elif t.role is Role.ACT:
-            current = ActBlock(t, [CallRow(c) for c in (t.tool_calls or [])])
+            current = ActBlock(t, [CallRow(c) for c in t.tool_calls])
             blocks.append(current)
+            if t.id is not None:
+                rows.update({(t.id, j): r for j, r in enumerate(current.rows)})
         elif t.role in ANSWER_ROLES:
-            if current is None:
-                current = ActBlock(None)
-                blocks.append(current)
-            free = next((r for r in current.rows if r.answer is None), None)
-            if free is None:
-                free = CallRow(t.call)
-                current.rows.append(free)
-            free.answer, free.fidelity = t, fid.get(t.turn_index)
-            if free.call is None:
-                free.call = t.call
+            link = t.answers
+            row = rows.get((link.act_turn, link.call_index)) if link is not None else None
+            if row is None or row.answer is not None:  # unlinked (or a second answer): a row of its own
+                if current is None:
+                    current = ActBlock(None)
+                    blocks.append(current)
+                row = CallRow(t.call)
+                current.rows.append(row)
+            row.answer, row.fidelity = t, fid.get(t.turn_index)
+            if row.call is None:
+                row.call = t.call
         else:
             blocks.append(OtherBlock(t))
     return blocks

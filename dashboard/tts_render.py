@@ -17,6 +17,7 @@ from envace.store import query as q
 from envace.store import tts_query as tq
 from envace.store.models import TrajectoryMode
 from envace.store.records import TrajectoryRecord
+from envace.types import ToolCall
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -70,7 +71,7 @@ def render_tts(store: str, rec: TrajectoryRecord) -> None:
         cols = st.columns(3)
         with cols[0], st.container(key=f"tts-call-{i}"):
             st.caption(f"user turn {row.user_turn}")
-            st.code(pretty_call({"name": row.name, "arguments": row.arguments}), language="json", wrap_lines=True)
+            st.code(pretty_call(ToolCall(row.name, row.arguments)), language="json", wrap_lines=True)
         with cols[1], st.container(key=f"tts-real-{i}"):
             st.code(pretty(row.real), language="json", wrap_lines=True)
         with cols[2], st.container(key=f"tts-imagined-{i}"):

@@ -44,7 +44,7 @@ def comparisons(commit: TTSCommitRecord, privates: list[tuple[TTSRehearsalRecord
     for link, rec in privates:
         for t in rec.turns:
             if t.role is Role.REHEARSE and t.call is not None:
-                seen.setdefault(call_key(t.call.get("name"), t.call.get("arguments")), []).append(
+                seen.setdefault(call_key(t.call.name, t.call.arguments), []).append(
                     Imagined(link.rehearsal_index, link.user_turn, link.trajectory_id, observation_value(t.observation)))
     out = []
     for c in commit.real_calls:

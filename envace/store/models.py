@@ -165,6 +165,11 @@ class TurnRow(Base):
     temperature: Mapped[float | None] = mapped_column(sa.Float, nullable=True)
     advantage: Mapped[float | None] = mapped_column(sa.Float, nullable=True)
     trainable: Mapped[bool] = mapped_column(sa.Boolean, default=True)
+    # Turn.id and Turn.answers (migration 0004): the generation's id in its trajectory (NULL for USER rows)
+    # and, for an answer (Rehearse), the Act turn's turn_id and the call's index in it, as the rollout paired them
+    turn_id: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    answers_turn: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    answers_call: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
 
 
 class RewardItem(Base):

@@ -77,6 +77,7 @@ class TrajectoryFilter:
     prompt_id: str | None = None
     domain: str | None = None
     text: str | None = None  # substring of any turn's text, case-insensitive
+    benchmark: str | None = None  # "bfcl", "tau2", ...; "" = the tool world and training
 
     def __post_init__(self) -> None:
         self.mode = _enum(TrajectoryMode, self.mode, "mode")
@@ -113,6 +114,8 @@ class TrajectoryFilter:
             c.append(T.prompt_id == self.prompt_id)
         if self.domain is not None:
             c.append(T.domain == self.domain)
+        if self.benchmark is not None:
+            c.append(T.benchmark == self.benchmark)
         if self.role is not None:
             bit = ROLE_BITS.get(self.role)
             c.append(T.role_mask.op("&")(bit) != 0 if bit is not None else
@@ -172,8 +175,10 @@ def get_trajectory(session: Session, trajectory_id: int) -> TrajectoryRecord | N
     if row is None:
         return None
     rec = TrajectoryRecord(_dataclass_from(TrajectorySummary, row), row.reward_breakdown)
-    parts = ((TurnRow, TurnRecord, TurnRow.turn_index, rec.turns),
-             (RewardItem, RewardItemRecord, RewardItem.position, rec.reward_items),
+    q = (sa.select(*[TurnRow.__table__.c[c] for c in TurnRecord.COLUMNS])
+         .where(TurnRow.trajectory_id == trajectory_id).order_by(TurnRow.turn_index))
+    rec.turns.extend(TurnRecord.from_row(r._mapping) for r in session.execute(q))  # typed as the Turn was
+    parts = ((RewardItem, RewardItemRecord, RewardItem.position, rec.reward_items),
              (FidelityPair, FidelityRecord, FidelityPair.turn_index, rec.fidelity_pairs))
     for model, cls, order, out in parts:
         cols = [model.__table__.c[f.name] for f in fields(cls)]

@@ -9,9 +9,11 @@ writer's CPU time, hence the inlined fast paths for the common case (ASCII text,
 
 Stored turns are the policy's generations (`Trajectory.turns`) with, before the first generation of each
 user turn, a USER row holding that user message (from the task), so the dashboard can show the whole
-conversation. Model output is untrusted: NUL characters (PostgreSQL rejects them) and lone surrogates
-(not encodable as UTF-8) become U+FFFD, non-finite floats become NULL, and values that are not JSON
-become strings.
+conversation. A generation keeps its `Turn.id` (`turn_id`) and a Rehearse turn its link to the Act call it
+answers (`answers_turn`, `answers_call`), so what is read back pairs exactly as the rollout did; its
+fidelity pair is `turn_fidelity(turn)`, the verdict computed in memory. Model output is untrusted: NUL
+characters (PostgreSQL rejects them) and lone surrogates (not encodable as UTF-8) become U+FFFD,
+non-finite floats become NULL, and values that are not JSON become strings.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from envace.store.models import ROLE_BITS, TrajectoryMode, utcnow
-from envace.fidelity import parse_rehearsed, score_parsed
+from envace.fidelity import parse_rehearsed, turn_fidelity
 from envace.types import Mode, Observation, Role, TerminationReason, ToolCall, Trajectory, Turn
 
 
@@ -33,7 +35,7 @@ from envace.types import Mode, Observation, Role, TerminationReason, ToolCall, T
 # once the parent's id is known; ingest.py checks the order against the tables).
 TURN_COLUMNS = ("turn_index", "role", "user_turn", "text", "tool_calls", "parse_error", "call", "observation",
                 "real_observation", "n_tokens", "logprob_mean", "logprob_min", "temperature", "advantage",
-                "trainable")
+                "trainable", "turn_id", "answers_turn", "answers_call")
 ITEM_COLUMNS = ("position", "user_turn", "item_id", "weight", "passed", "question")
 PAIR_COLUMNS = ("turn_index", "tool_name", "call", "rehearsed_text", "rehearsed", "real", "exact_match",
                 "json_valid", "schema_ok", "field_f1")
@@ -149,22 +151,8 @@ def call_dict(c: ToolCall | None) -> dict[str, Any] | None:
     return out
 
 
-def _value(e: Any) -> Any:
-    """An enum member's value (`_value_`: the `.value` property is a Python-level descriptor, ~10x slower)."""
-    return None if e is None else e._value_
-
-
 def obs_dict(o: Observation | None) -> dict[str, Any] | None:
-    if o is None:
-        return None
-    return {"content": o.content, "source": _value(o.source), "error": _value(o.error), "detail": o.detail}
-
-
-def real_value(o: Observation) -> Any:
-    """The JSON value an agent would have seen from the real environment (cf. Observation.to_text)."""
-    if o.error is not None and o.content is None:
-        return {"error_tool_call": {"code": o.error.value, "message": o.detail}}
-    return o.content
+    return None if o is None else o.to_dict()
 
 
 def _logprob_stats(lps: list[float]) -> tuple[float | None, float | None]:
@@ -199,8 +187,9 @@ _isfinite = math.isfinite
 _USER = Role.USER.value
 
 
-def _turn_row(t: Turn, index: int) -> tuple:
-    """A TurnRow in TURN_COLUMNS order (without trajectory_id)."""
+def _turn_row(t: Turn, index: int, position: int) -> tuple:
+    """A TurnRow in TURN_COLUMNS order (without trajectory_id). `position`: the turn's place in
+    `Trajectory.turns`, its id when the turn has none (a trajectory built by hand)."""
     lps = t.logprobs
     if lps and type(lps) is list:  # fast path: finite floats (what every engine produces)
         try:
@@ -212,7 +201,7 @@ def _turn_row(t: Turn, index: int) -> tuple:
     else:
         lp_mean, lp_min = _logprob_stats(lps)
     calls = t.tool_calls
-    call, obs, real = t.call, t.observation, t.real_observation
+    call, obs, real, ref = t.call, t.observation, t.real_observation, t.answers
     return (index, t.role._value_, int(t.user_turn), _text(t.text),
             json_text([call_dict(c) for c in calls]) if calls else None,
             None if t.parse_error is None else t.parse_error._value_,
@@ -220,11 +209,14 @@ def _turn_row(t: Turn, index: int) -> tuple:
             None if obs is None else json_text(obs_dict(obs)),
             None if real is None else json_text(obs_dict(real)),
             len(t.response_ids), lp_mean, lp_min, _float(t.temperature),
-            None if t.advantage is None else _float(t.advantage), bool(t.trainable))
+            None if t.advantage is None else _float(t.advantage), bool(t.trainable),
+            position if t.id is None else int(t.id),
+            None if ref is None else int(ref.act_turn), None if ref is None else int(ref.call_index))
 
 
 def _user_row(text: str, user_turn: int, index: int) -> tuple:
-    return (index, _USER, user_turn, _text(text), None, None, None, None, None, 0, None, None, None, None, False)
+    return (index, _USER, user_turn, _text(text), None, None, None, None, None, 0, None, None, None, None, False,
+            None, None, None)
 
 
 def _items(breakdown: dict[str, Any]) -> list[tuple]:
@@ -274,19 +266,19 @@ def to_bundle(traj: Trajectory, run_id: str, step: int, mode: TrajectoryMode, sp
     seen_user: set[int] = set()
     mask = 0
     n_calls = 0
-    for t in traj.turns:
+    for position, t in enumerate(traj.turns):
         u = t.user_turn
         if u not in seen_user and 0 <= u < n_users:
             seen_user.add(u)
             turns.append(_user_row(user_texts[u], u, len(turns)))
         index = len(turns)
-        turns.append(_turn_row(t, index))
+        turns.append(_turn_row(t, index, position))
         mask |= ROLE_BITS.get(t.role, 0)
         n_calls += len(t.tool_calls)
         if t.role is Role.REHEARSE and t.call is not None and t.real_observation is not None:
-            real = real_value(t.real_observation)
-            valid, rehearsed = parse_rehearsed(t.text, t.observation)  # the rollout's parse, not a second one
-            sc = score_parsed(valid, rehearsed, real)
+            sc = turn_fidelity(t)  # the verdict computed in memory, from the rollout's one parse
+            real = t.real_observation.agent_value()
+            rehearsed = parse_rehearsed(t.text, t.observation)[1]
             pairs.append((index, _text(t.call.name), json_text(call_dict(t.call)), _text(t.text),
                           json_text(rehearsed), json_text(real), sc["exact_match"], sc["json_valid"],
                           sc["schema_ok"], sc["field_f1"]))

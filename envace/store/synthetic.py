@@ -13,6 +13,7 @@ import json
 import random
 
 from envace.types import (
+    CallRef,
     ChecklistItem,
     Message,
     Mode,
@@ -77,9 +78,10 @@ def synthetic_trajectory(seed: int, step: int, prompt_index: int, sample_index: 
             if with_real and rng.random() < 0.5:
                 real = Observation({**value, "status": rng.choice(["ok", "pending"])}, source=Role.ENV)
             text = f"<execution_result>\n{json.dumps(value)}\n</execution_result>"
+            link = CallRef(len(turns) - 1, 0) if turns and turns[-1].tool_calls else None
             turns.append(Turn(Role.REHEARSE, [], ids, lps, text, 0.7, user_turn=user_turn, call=call,
                               observation=Observation(value, source=Role.REHEARSE), real_observation=real,
-                              advantage=rng.uniform(-1, 1)))
+                              advantage=rng.uniform(-1, 1), answers=link))
     reward = None if rng.random() < 0.05 else round(rng.random(), 4)
     items = [{"user_turn": u, "item_id": f"c{u}", "weight": 1.0, "passed": rng.random() < 0.6,
               "question": f"did it handle turn {u}?"} for u in range(n_user_turns)]

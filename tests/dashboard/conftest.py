@@ -26,7 +26,7 @@ from envace.store.synthetic import synthetic_trajectory
 from envace.store.writer import TrajectoryWriter
 from envace.sweeps.results import summarize
 from envace.tracking.mlflow_run import resolve_tracking_uri, start_run
-from envace.types import (ChecklistItem, Message, Mode, Observation, Role, Task, TerminationReason, ToolCall,
+from envace.types import (CallRef, ChecklistItem, Message, Mode, Observation, Role, Task, TerminationReason, ToolCall,
                           Trajectory, Turn)
 
 XSS = "<script>alert(1)</script>"
@@ -79,7 +79,7 @@ def hostile_trajectory() -> Trajectory:
     reh = Turn(Role.REHEARSE, [], [4, 5], [-0.5, -0.5],
                f"<execution_result>\n{json.dumps(rehearsed)}\n</execution_result>", 0.7, user_turn=0, call=call,
                observation=Observation(rehearsed, source=Role.REHEARSE),
-               real_observation=Observation(real, source=Role.ENV), advantage=-0.5)
+               real_observation=Observation(real, source=Role.ENV), advantage=-0.5, answers=CallRef(0, 0))
     final = Turn(Role.ACT, [], [6, 7], [-0.1, -0.1], f"Done {HTML} {XSS} {IMG}", 1.0, user_turn=0, advantage=0.25)
     return Trajectory(task=task, prompt_index=99, sample_index=0, mode=Mode.REHEARSE, turns=[act, reh, final],
                       termination=TerminationReason.FINAL_REPLY, reward=0.75,

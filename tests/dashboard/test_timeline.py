@@ -1,4 +1,5 @@
-"""The trajectory timeline on hand-built records: grouping of turns, call/answer matching, diffs."""
+"""The trajectory timeline on hand-built records: grouping of turns, call/answer pairing through the stored
+links, diffs."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from dashboard.timeline import (ActBlock, OtherBlock, UserBlock, line_diff, obse
                                 tokens_by_role, turn_rows)
 from envace.store.models import TrajectoryMode
 from envace.store.records import FidelityRecord, TrajectoryRecord, TrajectorySummary, TurnRecord
-from envace.types import ErrorCode, Mode, Role
+from envace.types import CallRef, ErrorCode, Mode, Observation, Role, ToolCall
 
 
 def turn(i, role, text="", **kw) -> TurnRecord:
-    base = dict(turn_index=i, role=role, user_turn=0, text=text, tool_calls=None, parse_error=None, call=None,
+    base = dict(turn_index=i, role=role, user_turn=0, text=text, tool_calls=[], parse_error=None, call=None,
                 observation=None, real_observation=None, n_tokens=0, logprob_mean=None, logprob_min=None,
                 temperature=None, advantage=None, trainable=True)
     base.update(kw)
@@ -27,20 +28,25 @@ def record(turns, pairs=()) -> TrajectoryRecord:
     return TrajectoryRecord(s, None, list(turns), [], list(pairs))
 
 
-C1 = {"name": "a", "arguments": {"x": 1}}
-C2 = {"name": "b", "arguments": {"y": 2}}
+C1 = ToolCall("a", {"x": 1})
+C2 = ToolCall("b", {"y": 2})
 
 
-def test_two_calls_matched_in_order_with_real_answer_and_diff():
+def rehearsed(value) -> Observation:
+    return Observation(value, source=Role.REHEARSE)
+
+
+def test_two_calls_paired_by_link_with_real_answer_and_diff():
     rec = record([
         turn(0, Role.USER, "hi"),
-        turn(1, Role.ACT, "call both", tool_calls=[C1, C2], n_tokens=5),
-        turn(2, Role.REHEARSE, "r1", call=C1, observation={"content": {"v": 1}}, n_tokens=3),
-        turn(3, Role.REHEARSE, "r2", call=C2, observation={"content": {"v": 2, "w": "x"}},
-             real_observation={"content": {"v": 2, "w": "y"}, "source": "env", "error": None, "detail": ""},
-             n_tokens=4),
-        turn(4, Role.ACT, "bye", n_tokens=2),
-    ], pairs=[FidelityRecord(3, "b", C2, "r2", {"v": 2, "w": "x"}, {"v": 2, "w": "y"}, False, True, True, 0.5)])
+        turn(1, Role.ACT, "call both", tool_calls=[C1, C2], n_tokens=5, id=0),
+        turn(2, Role.REHEARSE, "r1", call=C1, observation=rehearsed({"v": 1}), n_tokens=3, id=1,
+             answers=CallRef(0, 0)),
+        turn(3, Role.REHEARSE, "r2", call=C2, observation=rehearsed({"v": 2, "w": "x"}),
+             real_observation=Observation({"v": 2, "w": "y"}), n_tokens=4, id=2, answers=CallRef(0, 1)),
+        turn(4, Role.ACT, "bye", n_tokens=2, id=3),
+    ], pairs=[FidelityRecord(3, "b", {"name": "b", "arguments": {"y": 2}}, "r2", {"v": 2, "w": "x"},
+                             {"v": 2, "w": "y"}, False, True, True, 0.5)])
     blocks = timeline(rec)
     assert [type(b) for b in blocks] == [UserBlock, ActBlock, ActBlock]
     first = blocks[1]
@@ -55,20 +61,41 @@ def test_two_calls_matched_in_order_with_real_answer_and_diff():
     assert tokens_by_role(rec) == {"act": 7, "rehearse": 7, "user": 0}
 
 
+def test_the_link_decides_not_the_order():
+    """Answers stored in the opposite order of the calls, and an answer to an earlier Act output after a
+    later one: each lands in the row its link names (pairing by order would swap them)."""
+    rec = record([
+        turn(0, Role.ACT, "two calls", tool_calls=[C1, C2], id=0),
+        turn(1, Role.REHEARSE, "to b", call=C2, id=1, answers=CallRef(0, 1)),
+        turn(2, Role.REHEARSE, "to a", call=C1, id=2, answers=CallRef(0, 0)),
+        turn(3, Role.ACT, "one more", tool_calls=[C2], id=3),
+        turn(4, Role.ENV, "late answer to the first output's a", call=C1, id=4, answers=CallRef(0, 0)),
+        turn(5, Role.ENV, "to the second output", call=C2, id=5, answers=CallRef(3, 0)),
+    ])
+    first, second = timeline(rec)
+    assert [(r.call, r.answer.text) for r in first.rows] == [(C1, "to a"), (C2, "to b")]
+    # call (0, 0) is already answered: the second answer to it is a row of its own, never an overwrite
+    assert [(r.call, r.answer.text) for r in second.rows] == [(C2, "to the second output"),
+                                                              (C1, "late answer to the first output's a")]
+
+
 def test_equal_answers_give_an_empty_diff_and_unparsed_rehearsal_is_shown_raw():
-    same = {"content": {"k": [1, 2]}, "source": "env", "error": None, "detail": ""}
-    rec = record([turn(0, Role.ACT, "c", tool_calls=[C1]),
-                  turn(1, Role.REHEARSE, "r", call=C1, observation={"content": {"k": [1, 2]}}, real_observation=same)])
+    same = Observation({"k": [1, 2]})
+    rec = record([turn(0, Role.ACT, "c", tool_calls=[C1], id=0),
+                  turn(1, Role.REHEARSE, "r", call=C1, observation=rehearsed({"k": [1, 2]}), real_observation=same,
+                       id=1, answers=CallRef(0, 0))])
     assert timeline(rec)[0].rows[0].diff == ""
-    bad = record([turn(0, Role.ACT, "c", tool_calls=[C1]),
-                  turn(1, Role.REHEARSE, "not json", call=C1, observation={"content": None, "error": "X"},
+    bad = record([turn(0, Role.ACT, "c", tool_calls=[C1], id=0),
+                  turn(1, Role.REHEARSE, "not json", call=C1, id=1, answers=CallRef(0, 0),
+                       observation=Observation(None, Role.REHEARSE, ErrorCode.RESULT_JSON_DECODE),
                        parse_error=ErrorCode.RESULT_JSON_DECODE, real_observation=same)])
     row = timeline(bad)[0].rows[0]
     assert row.rehearsed_text == "not json"
     assert row.diff.splitlines()[3] == "-not json"
 
 
-def test_orphan_and_extra_answers_get_rows_and_other_roles_their_block():
+def test_unlinked_answers_get_rows_of_their_own_and_other_roles_their_block():
+    """Rows stored before the links existed: no pairing is guessed."""
     rec = record([turn(0, Role.REHEARSE, "orphan", call=C1),
                   turn(1, Role.ACT, "one call", tool_calls=[C1]),
                   turn(2, Role.REHEARSE, "first", call=C1),
@@ -76,7 +103,8 @@ def test_orphan_and_extra_answers_get_rows_and_other_roles_their_block():
                   turn(4, Role.JUDGE, "verdict")])
     blocks = timeline(rec)
     assert blocks[0].act is None and blocks[0].rows[0].answer.text == "orphan" and blocks[0].rows[0].call == C1
-    assert [(r.call, r.answer.text) for r in blocks[1].rows] == [(C1, "first"), (C2, "extra")]
+    assert [(r.call, r.answer and r.answer.text) for r in blocks[1].rows] == [(C1, None), (C1, "first"),
+                                                                              (C2, "extra")]
     assert isinstance(blocks[2], OtherBlock) and blocks[2].turn.text == "verdict"
 
 
@@ -87,9 +115,9 @@ def test_malformed_act_is_not_a_final_reply():
 
 
 def test_observation_value_matches_what_the_agent_saw():
-    assert observation_value({"content": None, "error": "TOOL_ERROR", "detail": "no such id"}) == \
-        {"error_tool_call": {"code": "TOOL_ERROR", "message": "no such id"}}
-    assert observation_value({"content": 0, "error": None}) == 0
+    err = Observation(None, Role.ENV, ErrorCode.TOOL_ERROR, "no such id")
+    assert observation_value(err) == {"error_tool_call": {"code": "TOOL_ERROR", "message": "no such id"}}
+    assert observation_value(Observation(0)) == 0
     assert observation_value(None) is None
 
 

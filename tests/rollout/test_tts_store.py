@@ -65,6 +65,6 @@ def test_committed_executions_with_their_private_rehearsals_round_trip(tmp_path,
                 assert commit_of(s, p.trajectory_id) == row["trajectory_id"]
                 stored = get_trajectory(s, p.trajectory_id)
                 assert stored.summary.mode is TrajectoryMode.TTS_PRIVATE and stored.summary.env_calls == 0
-                imagined = [t.observation["content"] for t in stored.turns if t.role is Role.REHEARSE]
+                imagined = [t.observation.content for t in stored.turns if t.role is Role.REHEARSE]
                 assert imagined == [{"item": "apple", "stock": 42, "rehearsed": "get_stock"}]
         assert tts_commit(s, tts_rehearsals(s, listed[0]["trajectory_id"])[0].trajectory_id) is None

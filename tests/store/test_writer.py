@@ -69,9 +69,9 @@ def test_round_trip_of_a_hand_built_trajectory(store_url):
     assert [x.text for x in rec.turns][0::4] == ["where is order 7?", "cancel it"]
     act1 = rec.turns[1]
     assert act1.n_tokens == 4 and act1.logprob_mean == -3.0 and act1.logprob_min == -6.0
-    assert act1.tool_calls == [{"name": "get_order", "arguments": {"id": "7"}}] and act1.advantage == 0.5
+    assert act1.tool_calls == [ToolCall("get_order", {"id": "7"})] and act1.advantage == 0.5
     assert rec.turns[5].parse_error is ErrorCode.JSON_DECODE and rec.turns[5].advantage is None
-    assert rec.turns[2].observation["content"] == {"id": "7", "status": "shipped", "eta": 3}
+    assert rec.turns[2].observation == Observation({"id": "7", "status": "shipped", "eta": 3}, Role.REHEARSE)
     assert [(i.item_id, i.weight, i.passed) for i in rec.reward_items] == [("c0", 0.5, True), ("c1", 0.5, False)]
     (pair,) = rec.fidelity_pairs
     assert (pair.turn_index, pair.tool_name, pair.json_valid, pair.schema_ok, pair.exact_match) == \
@@ -137,7 +137,7 @@ def test_integers_beyond_64_bits_in_model_output_are_stored(store_url):
         w.put([traj], step=0)
     with read_only_session(store_url) as s:
         rec = get_trajectory(s, list_trajectories(s).items[0].id)
-    assert rec.turns[2].observation["content"]["n"] == big
+    assert rec.turns[2].observation.content["n"] == big
     (pair,) = rec.fidelity_pairs
     assert pair.rehearsed == {"id": "7", "n": big} and pair.json_valid and not pair.exact_match
 
@@ -157,9 +157,9 @@ def test_untrusted_content_is_cleaned(store_url):
     assert rec.summary.reward is None
     assert rec.turns[1].text == "null\ufffdbyte"
     assert rec.turns[1].logprob_mean == -1.0 and rec.turns[1].logprob_min == -1.0
-    assert rec.turns[2].observation["content"] == {"x": None, "y": "a\ufffdb"}
+    assert rec.turns[2].observation.content == {"x": None, "y": "a\ufffdb"}
     assert rec.turns[3].text == "lone \ufffd surrogate"
-    assert rec.turns[1].tool_calls == [{"name": "get\ufffdorder", "arguments": {"n": None}}]
+    assert rec.turns[1].tool_calls == [ToolCall("get\ufffdorder", {"n": None})]
 
 
 def test_bad_input_is_rejected_on_the_callers_thread(tmp_path):
