@@ -16,6 +16,7 @@ import streamlit as st
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from envace.store import benchmark_query as bq
 from envace.store import dashboard_queries as dq
 from envace.store import query as q
 from envace.store.records import Page, RoleStats, RunRecord, RunSummary, TrajectoryRecord, TrajectorySummary
@@ -70,13 +71,14 @@ class FilterSpec:
     role: str | None = None
     termination: str | None = None
     text: str | None = None
+    benchmark: str | None = None  # "" = the tool world / training
 
     def to_filter(self) -> q.TrajectoryFilter:
         """Raises ValueError naming the field (e.g. a step range given backwards)."""
         return q.TrajectoryFilter(run_id=self.run_id, step_min=self.step_min, step_max=self.step_max,
                                   split=self.split, mode=self.mode, reward_min=self.reward_min,
                                   reward_max=self.reward_max, role=self.role, termination=self.termination,
-                                  text=self.text or None)
+                                  text=self.text or None, benchmark=self.benchmark)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -134,3 +136,23 @@ def role_stats(store: str, run_id: str, step_min: int | None, step_max: int | No
 def fidelity_by_tool(store: str, run_id: str, step_min: int | None, step_max: int | None) -> list[ToolFidelity]:
     with session(store) as s:
         return q.fidelity_by_tool(s, run_id, step_min=step_min, step_max=step_max)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def benchmarks(store: str) -> list[str]:
+    """Benchmarks with trajectories in the store (BFCL, τ², VitaBench, FinMCP evaluations)."""
+    with session(store) as s:
+        return bq.stored_benchmarks(s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def benchmark_run_ids(store: str, benchmark: str) -> list[str]:
+    with session(store) as s:
+        return bq.benchmark_run_ids(s, benchmark)
+
+
+@st.cache_data(ttl=300, show_spinner=False, max_entries=256)
+def benchmark_trajectory(store: str, trajectory_id: int) -> bq.BenchTrajectory | None:
+    """A benchmark trajectory with its messages (None for a tool-world one); never changes once stored."""
+    with session(store) as s:
+        return bq.benchmark_trajectory(s, trajectory_id)

@@ -8,6 +8,8 @@ so a re-run of the same checkpoint × benchmark × seed finds its run again and 
 - Benchmarks (`put_benchmarks`, once their results are in): one run per benchmark, one trajectory per
   (set, task, attempt) with mode `eval` (envace.store.benchmark_rows), step = the benchmark's seed.
 
+`world_eval_store` is the same for a tool-world evaluation run outside `envace eval` (the demo's).
+
 Every run is RUNNING while the evaluation runs and ends FINISHED once MLflow has the evaluation (linked by
 `mlflow_run_id`), FAILED or KILLED when the evaluation raised or was interrupted (SIGTERM raises while the
 store is open: envace.tracking.lifecycle).
@@ -16,8 +18,8 @@ store is open: envace.tracking.lifecycle).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,69 @@ def world_protocol(cfg: Any) -> dict[str, Any]:
     return {"data": cfg.data.model_dump(mode="json"), "split": cfg.split, "n_tasks": cfg.n_tasks,
             "rollout": cfg.rollout.model_dump(mode="json"), "fidelity": cfg.fidelity,
             "tts": {"n": cfg.tts_n, "mode": cfg.tts_mode, **cfg.tts.model_dump(mode="json")} if cfg.tts_n else None}
+
+
+def put_world(writer: Any, kind: str, seed: int, trajs: list, *, split: str, tts: bool = False) -> None:
+    """`evaluate_world`'s `on_trajectories(kind, seed, trajs)` into a `TrajectoryWriter`: step = the seed,
+    split = the task split (`<split>-<kind>` for a pass other than the scored "env" one)."""
+    split = split if kind == "env" else f"{split}-{kind}"
+    if kind == "env" and tts:  # committed runs (tts-commit) + private rehearsals (tts-private)
+        from envace.store.tts import put_tts
+
+        put_tts(writer, trajs, step=seed, split=split)
+        return
+    writer.put(trajs, step=seed, mode="eval", split=split)
+
+
+@contextmanager
+def world_eval_store(url: str | Path, model_dir: str | Path, protocol: Mapping[str, Any], *, split: str = "test",
+                     name: str | None = None, mlflow_run_id: str | None = None
+                     ) -> Iterator[Callable[[str, int, list], None]]:
+    """A tool-world evaluation outside `envace eval` (the demo's paired evaluations) into the store: the
+    run of (checkpoint, "world", protocol), RUNNING while the block runs, then FINISHED (FAILED / KILLED
+    when it raised). Yields the `on_trajectories(kind, seed, trajs)` callback to pass to `evaluate_world`
+    (or `envace.evaluation.paired.score_tasks`). `protocol` holds what changes the episodes (sampling
+    temperature, rollout limits, task source), so a re-run with the same ones adds no row."""
+    from envace.store.eval_runs import eval_run_id
+    from envace.store.runs import RunInfo, register_run
+    from envace.store.writer import TrajectoryWriter
+    from envace.tracking.gitinfo import git_commit
+    from envace.tracking.lifecycle import outcome_of
+
+    ref = _model_ref(Path(model_dir))
+    run_id = eval_run_id(ref.content_hash, "world", protocol)
+    config = {"benchmark": "world", "checkpoint": dataclasses.asdict(ref), "protocol": dict(protocol)}
+    writer = TrajectoryWriter(url, run_id, run=RunInfo(id=run_id, name=name or f"eval-{Path(model_dir).name}-world",
+                                                       kind="eval", status="running", config=config,
+                                                       git_commit=git_commit(), mlflow_run_id=mlflow_run_id))
+    status = "finished"
+    try:
+        yield lambda kind, seed, trajs: put_world(writer, kind, seed, trajs, split=split)
+    except BaseException as exc:
+        status = outcome_of(exc).store_status
+        raise
+    finally:
+        try:
+            writer.close()
+        except BaseException:
+            status = "failed"  # rows were lost: the run is not a finished evaluation
+            raise
+        finally:
+            register_run(writer.engine, RunInfo(id=run_id, kind="eval", status=status))
+            writer.engine.dispose()
+
+
+@contextmanager
+def store_paired_eval(url: str | Path | None, model_dir: str | Path, cfg: Any, *, temperature: float,
+                      name: str) -> Iterator[Callable[[str, int, list], None] | None]:
+    """`world_eval_store` for one `score_tasks` pass of `cfg` (an EvalConfig: task source, split, task
+    count, rollout) at `temperature`; yields None (store nothing) when `url` is None."""
+    if url is None:
+        yield None
+        return
+    protocol = {**world_protocol(cfg), "temperature": temperature}
+    with world_eval_store(url, model_dir, protocol, split=cfg.split, name=name) as put:
+        yield put
 
 
 class EvalStore:
@@ -85,13 +150,7 @@ class EvalStore:
 
     def put(self, kind: str, seed: int, trajs: list) -> None:
         """Tool-world trajectories of one seed (`kind` "env" = the scored episodes, else e.g. "fidelity")."""
-        split = self.cfg.split if kind == "env" else f"{self.cfg.split}-{kind}"
-        if kind == "env" and self.cfg.tts_n > 0:  # committed runs (tts-commit) + private rehearsals (tts-private)
-            from envace.store.tts import put_tts
-
-            put_tts(self.writer, trajs, step=seed, split=split)
-            return
-        self.writer.put(trajs, step=seed, mode="eval", split=split)
+        put_world(self.writer, kind, seed, trajs, split=self.cfg.split, tts=self.cfg.tts_n > 0)
 
     def put_benchmarks(self, results: Mapping[str, Any]) -> None:
         """Every per-task trajectory of each `BenchmarkResult` ({name: result}) into its benchmark's run."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -98,10 +99,12 @@ class TaskScores:
 
 
 def score_tasks(engine: Any, tasks: list[Task], *, seeds: list[int], temperature: float, k: int = 1,
-                rollout: Any = None, with_fidelity: bool = False) -> TaskScores:
+                rollout: Any = None, with_fidelity: bool = False,
+                on_trajectories: Callable[[str, int, list], None] | None = None) -> TaskScores:
     """Run `engine` (one engine, or {Role.ACT, Role.REHEARSE} engines) in the real environment and keep
     every episode's success and checklist reward by task position; `meta["summary"]` holds
-    `evaluate_world`'s own result (means, per-domain scores, fidelity when `with_fidelity`)."""
+    `evaluate_world`'s own result (means, per-domain scores, fidelity when `with_fidelity`).
+    `on_trajectories` also gets every pass's episodes (e.g. `envace.evaluation.eval_store.world_eval_store`)."""
     from envace.evaluation.config import _eval_rollout
     from envace.evaluation.world import evaluate_world
 
@@ -110,6 +113,8 @@ def score_tasks(engine: Any, tasks: list[Task], *, seeds: list[int], temperature
     rew = np.full((len(tasks), n_s), np.nan)
 
     def keep(pass_name: str, seed: int, trajs: list) -> None:
+        if on_trajectories is not None:
+            on_trajectories(pass_name, seed, trajs)
         if pass_name != "env":
             return
         col0 = list(seeds).index(seed) * k

@@ -66,14 +66,16 @@ def record_score(rec: Mapping[str, Any]) -> float | None:
 
 
 def record_error(rec: Mapping[str, Any]) -> str | None:
-    """The task's error as one line: `task_error` ({"stage", "type", "message"}) as "stage: Type: message",
-    else a plain `error` string; None when the task ran."""
-    err = rec.get("task_error")
-    if isinstance(err, Mapping):
-        parts = [clean_text(err.get(k)) for k in ("stage", "type", "message") if err.get(k)]
-        return ": ".join(parts) or "error"
-    if err not in (None, "", False):
-        return clean_text(err)
+    """The task's error as one line: `task_error` ({"stage", "type", "message"}) as "stage: Type: message";
+    a record without a `task_error` field may carry a plain `error` string instead (a record that has
+    `task_error` keeps `error` for the benchmark's own verdict, e.g. BFCL's checker message: not an error of
+    the task's run). None when the task ran."""
+    if "task_error" in rec:
+        err = rec["task_error"]
+        if isinstance(err, Mapping):
+            parts = [clean_text(err.get(k)) for k in ("stage", "type", "message") if err.get(k)]
+            return ": ".join(parts) or "error"
+        return None if err in (None, "", False) else clean_text(err)
     err = rec.get("error")
     if err in (None, "", False):
         return None

@@ -99,6 +99,8 @@ def test_score_and_error_rules():
         "adapter: KeyError: 'x'"
     assert record_error({"error": "ConnectionError: refused"}) == "ConnectionError: refused"
     assert record_error({"task_error": None, "error": None}) is None
+    # BFCL keeps its checker's verdict in `error`: a wrong answer, not an error of the task's run
+    assert record_error({"task_error": None, "error": ["Invalid syntax. Failed to decode AST."]}) is None
 
 
 def test_a_hash_collision_between_two_task_ids_raises():
