@@ -175,8 +175,10 @@ def get_trajectory(session: Session, trajectory_id: int) -> TrajectoryRecord | N
     if row is None:
         return None
     rec = TrajectoryRecord(_dataclass_from(TrajectorySummary, row), row.reward_breakdown)
-    parts = ((TurnRow, TurnRecord, TurnRow.turn_index, rec.turns),
-             (RewardItem, RewardItemRecord, RewardItem.position, rec.reward_items),
+    q = (sa.select(*[TurnRow.__table__.c[c] for c in TurnRecord.COLUMNS])
+         .where(TurnRow.trajectory_id == trajectory_id).order_by(TurnRow.turn_index))
+    rec.turns.extend(TurnRecord.from_row(r._mapping) for r in session.execute(q))  # typed as the Turn was
+    parts = ((RewardItem, RewardItemRecord, RewardItem.position, rec.reward_items),
              (FidelityPair, FidelityRecord, FidelityPair.turn_index, rec.fidelity_pairs))
     for model, cls, order, out in parts:
         cols = [model.__table__.c[f.name] for f in fields(cls)]

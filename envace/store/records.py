@@ -1,14 +1,20 @@
 """Typed records returned by the store's query API (query.py): plain dataclasses, detached from any
-session, so the dashboard can cache and render them freely."""
+session, so the dashboard can cache and render them freely.
+
+A stored turn comes back as a `TurnRecord` holding the same typed values the rollout's `Turn` held
+(`Observation`, `ToolCall`, `CallRef`, its id), not their JSON dicts; only the token ids are replaced by
+their statistics (the store keeps no token ids)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from envace.store.models import RunKind, RunStatus, TrajectoryMode
-from envace.types import ErrorCode, Mode, Role, TerminationReason
+from envace.types import CallRef, ErrorCode, Mode, Observation, Role, TerminationReason, ToolCall
 
 T = TypeVar("T")
 
@@ -62,23 +68,61 @@ class TrajectorySummary:
     error: str | None = None  # a benchmark task's error (it scored 0)
 
 
+def stored_call(d: Any) -> ToolCall | None:
+    """A stored call dict ({"name", "arguments"[, "id"]} or OpenAI form) as a ToolCall. Never raises: a
+    benchmark's calls are model output, so arguments that are not a JSON object are kept as they are."""
+    if not isinstance(d, Mapping):
+        return None
+    fn = d.get("function", d)
+    fn = fn if isinstance(fn, Mapping) else {}
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            pass
+    return ToolCall(name=str(fn.get("name", "")), arguments=args, id=d.get("id"))
+
+
 @dataclass
 class TurnRecord:
-    turn_index: int
+    """A stored turn: a generation (`turn_id` = `Turn.id`; `answers` = `Turn.answers`) or a USER row."""
+
+    turn_index: int  # position among the trajectory's stored rows (USER rows included)
     role: Role
     user_turn: int
     text: str
-    tool_calls: list[dict[str, Any]] | None
+    tool_calls: list[ToolCall]
     parse_error: ErrorCode | None
-    call: dict[str, Any] | None
-    observation: dict[str, Any] | None
-    real_observation: dict[str, Any] | None
+    call: ToolCall | None
+    observation: Observation | None
+    real_observation: Observation | None
     n_tokens: int
     logprob_mean: float | None
     logprob_min: float | None
     temperature: float | None
     advantage: float | None
     trainable: bool
+    id: int | None = None  # Turn.id; None for USER rows
+    answers: CallRef | None = None  # the Act turn (its id) and call index this turn answers
+
+    # the stored columns `from_row` reads (query.py selects them)
+    COLUMNS = ("turn_index", "role", "user_turn", "text", "tool_calls", "parse_error", "call", "observation",
+               "real_observation", "n_tokens", "logprob_mean", "logprob_min", "temperature", "advantage",
+               "trainable", "turn_id", "answers_turn", "answers_call")
+
+    @classmethod
+    def from_row(cls, m: Mapping[str, Any]) -> "TurnRecord":
+        obs, real = m["observation"], m["real_observation"]
+        link = None if m["answers_turn"] is None else CallRef(m["answers_turn"], m["answers_call"] or 0)
+        return cls(turn_index=m["turn_index"], role=m["role"], user_turn=m["user_turn"], text=m["text"],
+                   tool_calls=[c for c in map(stored_call, m["tool_calls"] or []) if c is not None],
+                   parse_error=m["parse_error"], call=stored_call(m["call"]),
+                   observation=None if obs is None else Observation.from_dict(obs),
+                   real_observation=None if real is None else Observation.from_dict(real),
+                   n_tokens=m["n_tokens"], logprob_mean=m["logprob_mean"], logprob_min=m["logprob_min"],
+                   temperature=m["temperature"], advantage=m["advantage"], trainable=m["trainable"],
+                   id=m["turn_id"], answers=link)
 
 
 @dataclass
