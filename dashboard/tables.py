@@ -15,6 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from envace.config import flatten
+
 ABSENT = "(absent)"
 
 # dotted config keys shown as "key params" in the run table (TrainConfig; missing keys are skipped)
@@ -37,18 +39,6 @@ METRIC_GROUPS: dict[str, str] = {
 }
 
 
-def flatten(d: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:
-    """Dotted keys of a nested dict; an empty dict stays a leaf so it is not lost."""
-    out: dict[str, Any] = {}
-    for k, v in (d or {}).items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, Mapping) and v:
-            out.update(flatten(v, key))
-        else:
-            out[key] = v
-    return out
-
-
 def _show(v: Any) -> str:
     """JSON text, so a string "1" and a number 1 look (and compare) different."""
     if v is ABSENT:
@@ -58,7 +48,7 @@ def _show(v: Any) -> str:
 
 def config_diff(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> pd.DataFrame:
     """Side-by-side flattened configs: columns key, a, b (values as JSON text), differs."""
-    fa, fb = flatten(a), flatten(b)
+    fa, fb = flatten(a or {}), flatten(b or {})
     rows = []
     for key in sorted(set(fa) | set(fb)):
         va, vb = fa.get(key, ABSENT), fb.get(key, ABSENT)
@@ -88,7 +78,7 @@ def run_method(config: Mapping[str, Any] | None, tags: Mapping[str, str] | None 
 
 
 def key_params(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    flat = flatten(config)
+    flat = flatten(config or {})
     return {k: flat[k] for k in KEY_PARAMS if k in flat}
 
 

@@ -9,6 +9,7 @@ beside every run (`save_resolved`). Configs are pydantic models; overrides are m
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -30,22 +31,26 @@ class ConfigError(ValueError):
         self.field, self.what, self.fix = field, what, fix
 
 
+def flatten(mapping: Mapping[str, Any], sep: str = ".", prefix: str = "") -> dict[str, Any]:
+    """The leaves of a nested mapping under joined keys: {"a": {"b": 1}} -> {"a.b": 1}. An empty mapping is
+    kept as a leaf, so no key is lost. The one flattener of configs, MLflow params, eval metrics (sep="/")
+    and the dashboard's config diff."""
+    out: dict[str, Any] = {}
+    for k, v in mapping.items():
+        key = f"{prefix}{sep}{k}" if prefix else str(k)
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, sep, key))
+        else:
+            out[key] = v
+    return out
+
+
 class BaseConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
 
     def flat(self) -> dict[str, Any]:
         """Dotted-key view of the resolved config (for MLflow params)."""
-        out: dict[str, Any] = {}
-
-        def walk(prefix: str, value: Any) -> None:
-            if isinstance(value, dict):
-                for k, v in value.items():
-                    walk(f"{prefix}.{k}" if prefix else k, v)
-            else:
-                out[prefix] = value
-
-        walk("", self.model_dump(mode="json"))
-        return out
+        return flatten(self.model_dump(mode="json"))
 
     def save_resolved(self, directory: str | Path, name: str = "config.yaml") -> Path:
         path = Path(directory) / name

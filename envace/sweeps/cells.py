@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from envace.config import BaseConfig, load_config
+from envace.config import BaseConfig, flatten, load_config
 from envace.sweeps.cache import cache_key
 from envace.sweeps.grid import CellSpec
 
@@ -59,26 +59,15 @@ def cell_cache_key(spec: CellSpec) -> str:
 def calls_endpoint(cfg: BaseConfig | Mapping[str, Any]) -> bool:
     """Whether a resolved config names a remote endpoint (any http(s) URL: judge, user simulator,
     remote model). Such steps get retries with backoff; purely local ones fail fast."""
-    flat = cfg.flat() if isinstance(cfg, BaseConfig) else _flatten(cfg)
+    flat = cfg.flat() if isinstance(cfg, BaseConfig) else flatten(cfg)
     return any(isinstance(v, str) and v.startswith(("http://", "https://")) for v in flat.values())
-
-
-def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in obj.items():
-        key = f"{prefix}/{k}" if prefix else str(k)
-        if isinstance(v, Mapping):
-            out.update(_flatten(v, key))
-        else:
-            out[key] = v
-    return out
 
 
 def eval_metrics(result: Mapping[str, Any], prefix: str = "eval") -> dict[str, float]:
     """Numeric leaves of a `run_eval` result as `eval/world/success`, `eval/world/fidelity/exact_match`,
     `eval/<benchmark>/...` (lists such as per-seed scores and booleans are left out)."""
     out: dict[str, float] = {}
-    for key, value in _flatten({k: v for k, v in result.items() if k in ("world", "benchmarks")}).items():
+    for key, value in flatten({k: v for k, v in result.items() if k in ("world", "benchmarks")}, sep="/").items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         key = key.removeprefix("benchmarks/")

@@ -52,7 +52,7 @@ from mlflow.utils.validation import (  # noqa: E402
     MAX_TAG_VAL_LENGTH,
 )
 
-from envace.config import BaseConfig  # noqa: E402
+from envace.config import BaseConfig, flatten  # noqa: E402
 from envace.secrets import mask_secrets, mask_text  # noqa: E402
 from envace.tracking.lifecycle import RunOutcome, outcome_of, sigterm_raises  # noqa: E402
 from envace.tracking.dvc_hash import input_hashes  # noqa: E402
@@ -107,16 +107,7 @@ def flatten_config(config: BaseConfig | Mapping[str, Any] | None) -> dict[str, s
     if isinstance(config, BaseConfig):
         flat = config.flat()
     elif isinstance(config, Mapping):
-        flat = {}
-
-        def walk(prefix: str, value: Any) -> None:
-            if isinstance(value, Mapping) and value:
-                for k, v in value.items():
-                    walk(f"{prefix}.{k}" if prefix else str(k), v)
-            else:
-                flat[prefix] = value
-
-        walk("", config)
+        flat = flatten(config)
     else:
         raise TypeError(f"config must be a BaseConfig or a dict, got {type(config).__name__}")
     return {metric_key(k): _param_value(v) for k, v in mask_secrets(flat).items()}

@@ -10,7 +10,7 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.tables import flatten
+from envace.config import flatten
 from envace.dashboard_launch import app_path
 from envace.types import TerminationReason
 

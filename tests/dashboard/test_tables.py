@@ -7,9 +7,23 @@ import math
 import pandas as pd
 import pytest
 
-from dashboard.tables import (ABSENT, METRIC_GROUPS, benchmark_details, benchmark_table, config_diff, final_metrics,
-                              flatten, group_keys, key_params, label_column, read_csv, run_method, sweep_table,
-                              tts_frame, tts_lines)
+from dashboard.tables import (
+    ABSENT,
+    METRIC_GROUPS,
+    benchmark_details,
+    benchmark_table,
+    config_diff,
+    final_metrics,
+    group_keys,
+    key_params,
+    label_column,
+    read_csv,
+    run_method,
+    sweep_table,
+    tts_frame,
+    tts_lines,
+)
+from envace.config import flatten
 
 
 def test_flatten_and_config_diff():
