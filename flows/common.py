@@ -17,7 +17,9 @@ Behaviour (each choice is Prefect's own mechanism, not a re-implementation):
   import errors), so parallel cells need separate processes. `task_runner: threads` forces threads
   (e.g. evaluations against a remote endpoint). Cell task runs also carry the tag `envace-cell`: with a
   Prefect server, `prefect concurrency-limit create envace-cell N` additionally caps cells across
-  concurrent flow runs that share one machine.
+  concurrent flow runs that share one machine. `runner: {kind: ray, address, num_cpus, num_gpus}` sends
+  each cell to a Ray cluster instead, as its own Ray task with that resource request (prefect-ray's
+  task runner; envace.sweeps.ray_runner), with the same caching, retries and MLflow runs.
 - **Retries.** A cell whose config names an endpoint (an http(s) URL: judge, user simulator, remote
   model) retries `sweep.retries` times with exponential backoff; local cells fail fast.
 - **Progress.** A log line per finished cell and a Prefect progress artifact; at the end a Prefect
@@ -45,6 +47,7 @@ from envace.sweeps.cells import cell_cache_key
 from envace.sweeps.cells import calls_endpoint, resolve_cell_config, run_cell
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
 from envace.sweeps.prepare import SFTSpec, build_sft
+from envace.sweeps.ray_runner import RunnerKind, cell_resources, ray_task_runner
 from envace.sweeps.results import (cells_frame, log_results, markdown_table, summarize, sweep_parent_run,
                                    write_results)
 
@@ -76,8 +79,9 @@ def prepare_sft(cfg: SweepConfig) -> dict[str, dict[str, Any]]:
     if not cfg.sft:
         return {}
     with cell_runner(cfg) as runner:
-        futures = {name: runner.submit(sft_task.with_options(task_run_name=f"sft[{name}]"), {"name": name, "spec": spec})
-                   for name, spec in cfg.sft.items()}
+        with cell_resources(cfg.runner):
+            futures = {name: runner.submit(sft_task.with_options(task_run_name=f"sft[{name}]"),
+                                           {"name": name, "spec": spec}) for name, spec in cfg.sft.items()}
         return {name: fut.result() for name, fut in futures.items()}
 
 
@@ -128,6 +132,9 @@ def task_runner_for(max_workers: int, kind: str = "auto"):
 
 
 def cell_runner(cfg: SweepConfig):
+    """The sweep's task runner: a Ray cluster (`runner.kind: ray`, envace.sweeps.ray_runner) or this machine."""
+    if cfg.runner.kind is RunnerKind.RAY:
+        return ray_task_runner(cfg.runner)
     return task_runner_for(cfg.max_workers, cfg.task_runner)
 
 
@@ -160,7 +167,8 @@ def run_cells(cfg: SweepConfig, cells: list[CellSpec]) -> list[CellOutcome]:
     with cell_runner(cfg) as runner:
         futures = {}
         for spec in cells:
-            fut = runner.submit(configured_cell_task(cfg, spec), {"spec": spec})
+            with cell_resources(cfg.runner):  # on Ray: this cell's CPU / GPU request
+                fut = runner.submit(configured_cell_task(cfg, spec), {"spec": spec})
             futures[fut.task_run_id] = (fut, spec)
         for done, fut in enumerate(as_completed([f for f, _ in futures.values()]), start=1):
             _, spec = futures[fut.task_run_id]
@@ -192,8 +200,11 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
     with sweep_parent_run(cfg) as parent:
         sft_info = prepare_sft(cfg)
         cells = expand_cells(cfg, parent.run_id)
-        logger.info("sweep %s: %d cells, %d at a time (%s); MLflow parent run %s in %s", cfg.name, len(cells),
-                    cfg.max_workers, type(cell_runner(cfg)).__name__, parent.run_id, mask_text(cfg.resolved_mlflow_uri()))
+        where = (f"Ray cluster {cfg.runner.resolved_address()}, {cfg.runner.num_cpus:g} CPU / {cfg.runner.num_gpus:g} "
+                 f"GPU per cell" if cfg.runner.kind is RunnerKind.RAY
+                 else f"{cfg.max_workers} at a time ({type(cell_runner(cfg)).__name__})")
+        logger.info("sweep %s: %d cells on %s; MLflow parent run %s in %s", cfg.name, len(cells), where,
+                    parent.run_id, mask_text(cfg.resolved_mlflow_uri()))
         outcomes = run_cells(cfg, cells)
         records = [o.record for o in outcomes if o.record is not None]
         failed = {o.spec.name: o.error for o in outcomes if o.status is CellStatus.FAILED}

@@ -12,7 +12,8 @@ crash, a retry); when the key changed (new code, new input data), the old checkp
 experiment and are removed first, so the cell trains from scratch (`prepare_cell_dir`).
 
 Every execution appends `start` and `end` events to `<cell out_dir>/executions.jsonl`: the audit trail
-of how often a cell really ran (a cached cell does not run, so it writes nothing).
+of how often a cell really ran (a cached cell does not run, so it writes nothing), and where: the start
+event's `placement` names the Ray node and the resources Ray gave the cell when it ran on a cluster.
 """
 
 from __future__ import annotations
@@ -97,7 +98,9 @@ def execution_record(spec: CellSpec) -> Iterator[None]:
         with _LOG_LOCK, path.open("a") as f:
             f.write(json.dumps({"cell": spec.name, "pid": os.getpid(), **event}) + "\n")
 
-    write({"event": "start", "t": started})
+    from envace.sweeps.ray_runner import placement
+
+    write({"event": "start", "t": started, "placement": placement()})
     status = "error"
     try:
         yield

@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 
 from envace.config import BaseConfig, ConfigError
 from envace.sweeps.prepare import SFTSpec
+from envace.sweeps.ray_runner import RunnerConfig
 
 Scalar = str | int | float | bool
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
@@ -71,6 +72,9 @@ class SweepConfig(BaseConfig):
     max_workers: int = Field(1, ge=1, description="Cells run at once (one process each when > 1).")
     task_runner: Literal["auto", "threads", "processes"] = Field(
         "auto", description="auto: processes when max_workers > 1 (model loading is not thread-safe), else threads.")
+    runner: RunnerConfig = Field(
+        default_factory=RunnerConfig, description="Where cells run: local (max_workers / task_runner on this "
+                                                  "machine) or {kind: ray, address, num_cpus, num_gpus} per cell.")
     retries: int = Field(2, ge=0, description="Retries of a cell whose config calls an endpoint (an http(s) URL).")
     retry_backoff_s: float = Field(10.0, ge=0, description="Exponential backoff factor of those retries (s).")
     cache: bool = Field(True, description="Skip cells whose config, input data and code are unchanged.")
