@@ -213,18 +213,17 @@ def handle_act(run: _Run, st: EpisodeState, req: GenRequest, res: GenResult) -> 
     if st.calls_this_turn + len(parsed.calls) > run.cfg.max_calls_per_turn:
         return st.finish(TerminationReason.MAX_CALLS)
     st.calls_this_turn += len(parsed.calls)
-    st.pending, st.cursor = list(parsed.calls), 0
+    st.pending = list(parsed.calls)
     st.latest_act_text, st.act_context_len, st.latest_act_turn = res.text, context_len, turn.id
     return Phase.OBSERVE
 
 
 def handle_observe(run: _Run, st: EpisodeState, observations: list[Observation]) -> Phase:
     """Append the answers of the pending calls; a rehearsed error ends the episode."""
-    for call, obs in zip(st.pending[st.cursor:], observations):
+    for call, obs in zip(st.pending, observations):
         st.add_observation(call, obs)
-        st.cursor += 1
     failed = run.mode is not Mode.ENV and any(not o.ok for o in observations)
-    st.pending, st.cursor = [], 0
+    st.pending = []
     if failed:
         return st.finish(TerminationReason.REHEARSE_ERROR)
     return Phase.ACT
@@ -243,7 +242,7 @@ def _act_round(run: _Run, states: list[EpisodeState]) -> None:
 def _env_observe_round(run: _Run, states: list[EpisodeState]) -> None:
     for st in states:
         observations = []
-        for call in st.pending[st.cursor:]:
+        for call in st.pending:
             observations.append(_execute(st.env, call))  # type: ignore[arg-type]
             st.traj.env_calls += 1
         st.phase = handle_observe(run, st, observations)
@@ -257,7 +256,7 @@ def _rehearse_observe_round(run: _Run, states: list[EpisodeState]) -> None:
     for st in states:
         history = st.history[: st.act_context_len]
         mine: list[tuple[EpisodeState, ToolCall, GenRequest, CallRef]] = []
-        for j, call in enumerate(st.pending[st.cursor:]):
+        for j, call in enumerate(st.pending):
             msgs = rehearse_messages(st.traj.task, history, st.latest_act_text, call,
                                      few_shot=run.cfg.few_shot, style=run.rehearse_style)
             ids, chat, n_tokens = prompt_of(engine, msgs, None, enable_thinking=run.enable_thinking)
@@ -269,7 +268,7 @@ def _rehearse_observe_round(run: _Run, states: list[EpisodeState]) -> None:
             mine.append((st, call, GenRequest(prompt_ids=ids, temperature=sampling.temperature,
                                               top_p=sampling.top_p, max_new_tokens=sampling.max_new_tokens,
                                               stop=list(REHEARSE_STOP), seed=seed, messages=chat),
-                         CallRef(st.latest_act_turn, st.cursor + j)))
+                         CallRef(st.latest_act_turn, j)))
         jobs.extend(mine)
     results = _generate(engine, [req for _, _, req, _ in jobs])
     answers: dict[int, list[Observation]] = {}

@@ -4,7 +4,7 @@ An episode moves through four phases: ACT (the policy writes its next Act output
 pending tool call gets an observation: rehearsed, executed or simulated) → back to ACT, or NEXT_USER
 (the next user turn is replayed from the task) → ACT, until DONE with a TerminationReason.
 `EpisodeState` holds everything a handler needs: the Trajectory under construction, the Act history
-(the same list as `trajectory.messages`), the pending-call cursor, the user-turn index and counters.
+(the same list as `trajectory.messages`), the pending calls, the user-turn index and counters.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ class EpisodeState:
     shadow_env: Environment | None = None  # real env used only to record rehearsal fidelity
     user_turn: int = 0  # 0-based index into task.user_turns of the turn being answered
     pending: list[ToolCall] = field(default_factory=list)  # calls of the latest Act output
-    cursor: int = 0  # next pending call to answer
     latest_act_text: str = ""  # raw text of the latest Act output (shown to Rehearse)
     latest_act_turn: int = 0  # Turn.id of the latest Act output (the Act turn its Rehearse turns answer)
     act_context_len: int = 0  # history length before the latest Act output (Rehearse's transcript)
@@ -49,7 +48,7 @@ class EpisodeState:
 
     def finish(self, reason: TerminationReason) -> Phase:
         self.traj.termination = reason
-        self.pending, self.cursor = [], 0
+        self.pending = []
         return Phase.DONE
 
     def add_observation(self, call: ToolCall | None, obs: Observation) -> None:
