@@ -18,6 +18,12 @@ from pydantic import Field, ValidationError, model_validator
 from envace.config import BaseConfig, ConfigError
 
 LOOP_SECTION = "envace"  # top-level key of the Hydra config holding LoopSettings
+# the composition is checked on CPU; the second actor's worker group and rollout replicas are not built yet
+PER_ROLE_NOT_LAUNCHABLE = (
+    "policy=per_role is not launchable on verl yet: the Rehearse role's own actor worker group and vLLM replicas "
+    "are not built by the envace trainer (docs/gpu.md, 'Per-role policy'); --dry-run shows the composed config. "
+    "Run the per-role ablation on the embedded backend (envace train configs/train/per_role.yaml), or "
+    "policy=shared here")
 
 
 class EndpointConfig(BaseConfig):
@@ -58,6 +64,8 @@ class LoopSettings(BaseConfig):
     simulator: EndpointConfig | None = Field(None, description="Frozen simulator endpoint (mode=simulator).")
     weighting: Literal["per_output", "per_trajectory"] = Field(
         "per_output", description="Role baseline weighting (reference code: per_output).")
+    policy: Literal["shared", "per_role"] = Field(
+        "shared", description="One model for both roles, or one per role (set from the launch config's policy).")
     single_update: bool = Field(True, description="ppo_mini_batches optimizer steps per epoch (paper: 1), any row count.")
     ppo_mini_batches: int = Field(1, ge=1, description="With single_update: the step's rows split into this many "
                                                        "equal mini-batches (set from the launch config's ppo_mini_batches).")
@@ -96,6 +104,9 @@ class VerlLaunchConfig(BaseConfig):
     """`envace train --backend verl CONFIG`: one verl run of EnvACE on an existing Ray cluster."""
 
     model: str = Field(..., description="HF model path or name on every node (paper: Qwen3-8B).")
+    policy: Literal["shared", "per_role"] = Field(
+        "shared", description="One model for both roles, or one per role (the embedded trainer's switch; per_role "
+                              "on verl is composed by the dry run but not yet launchable, see docs/gpu.md).")
     train_files: list[str] = Field(..., min_length=1, description="verl parquet files (envace data export-verl).")
     val_files: list[str] = Field(default_factory=list, description="Validation parquet files (empty = train files).")
     rollout: Literal["vllm", "sglang"] = Field("vllm", description="Rollout server backend.")
@@ -157,6 +168,9 @@ class VerlLaunchConfig(BaseConfig):
         if self.loop.ppo_mini_batches not in (1, self.ppo_mini_batches):
             raise ConfigError(f"loop.ppo_mini_batches = {self.loop.ppo_mini_batches} differs from ppo_mini_batches = "
                               f"{self.ppo_mini_batches}; set only the top-level ppo_mini_batches")
+        if self.loop.policy not in ("shared", self.policy):
+            raise ConfigError(f"loop.policy = {self.loop.policy} differs from policy = {self.policy}; set only the "
+                              "top-level policy")
         if self.max_prompt_length > self.rollout_prompt_length:
             raise ConfigError(f"max_prompt_length {self.max_prompt_length} > rollout_prompt_length "
                               f"{self.rollout_prompt_length}; a first prompt must fit a role call")

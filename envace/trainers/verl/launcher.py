@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.config import ConfigError, load_config
-from envace.trainers.verl.config import LOOP_SECTION, VerlLaunchConfig
+from envace.trainers.verl.config import LOOP_SECTION, PER_ROLE_NOT_LAUNCHABLE, VerlLaunchConfig
 
 PLUGIN_MODULE = "envace.trainers.verl_plugin"
 MAIN_MODULE = "verl.trainer.main_ppo"
@@ -145,7 +145,7 @@ def build_overrides(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None
         kv.append(("trainer.default_local_dir", cfg.checkpoint_dir))
     out = [f"{k}={hydra_value(v)}" for k, v in kv]
     # new keys: '+' adds them to verl's struct config
-    loop = cfg.loop.model_copy(update={"ppo_mini_batches": cfg.ppo_mini_batches})
+    loop = cfg.loop.model_copy(update={"ppo_mini_batches": cfg.ppo_mini_batches, "policy": cfg.policy})
     out += [f"+{k}={hydra_value(v)}" for k, v in _flat(LOOP_SECTION, loop.model_dump(mode="json"))]
     for name, value in job_env(cfg, environ).items():
         out.append(f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}={hydra_value(value)}")
@@ -193,6 +193,8 @@ def launch_verl(cfg: VerlLaunchConfig, *, dry_run: bool = False, environ: dict[s
     cmd = verl_command(cfg, environ)
     if dry_run:
         return cmd
+    if cfg.policy == "per_role":
+        raise ConfigError(PER_ROLE_NOT_LAUNCHABLE)
     address = cfg.ray_address or environ.get("RAY_ADDRESS")
     if not address:
         raise ConfigError("no Ray cluster: set ray_address in the config or export RAY_ADDRESS=<head>:6379 "
@@ -218,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(f"RAY_ADDRESS={cfg.ray_address or os.environ.get('RAY_ADDRESS', '<unset>')} \\")
         print(" \\\n    ".join(shlex.quote(c) for c in cmd))
+        if cfg.policy == "per_role":
+            print(f"# {PER_ROLE_NOT_LAUNCHABLE}")
         if args.show_config:
             from omegaconf import OmegaConf
 

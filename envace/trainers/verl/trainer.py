@@ -30,7 +30,8 @@ import numpy as np
 from omegaconf import open_dict
 
 from envace.trainers.verl.advantage import ESTIMATOR, apply_role_advantages
-from envace.trainers.verl.config import LoopSettings
+from envace.config import ConfigError
+from envace.trainers.verl.config import PER_ROLE_NOT_LAUNCHABLE, LoopSettings
 from envace.trainers.verl.deps import require
 from envace.trainers.verl.temperature import (TEMPERATURE_FIELD, RowTemperatureGroup, row_temperatures,
                                               uniform_temperature)
@@ -57,6 +58,11 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
         if getattr(self, "_envace_settings", None) is None:
             self._envace_settings = LoopSettings.from_verl(self.config)
         return self._envace_settings
+
+    def _setup(self) -> None:
+        if self.envace_settings.policy == "per_role":  # refused before any worker group takes GPUs
+            raise ConfigError(PER_ROLE_NOT_LAUNCHABLE)
+        super()._setup()
 
     @contextmanager
     def _row_temperatures(self, batch: Any) -> Iterator[None]:
