@@ -131,6 +131,10 @@ def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, 
         if slots:
             result.meta["slots"] = {role: dict(slots[role]) if slots.get(role) else None
                                     for role in _ROLES.get(name, ("policy",))}
+            greedy = (slots.get("policy") or {}).get("temperature") == 0.0
+            if greedy and k > 1:  # Avg@k then repeats one decode; the paper's Avg@4 samples
+                result.departures.append(f"policy decodes greedily (temperature 0): the {k} attempts differ only "
+                                         "where the user simulator or environment sample")
         results[name] = result
     report = overall_report(results, tts=tts)
     return {"results": results, "report": report, "markdown": report["markdown"], "tts": tts}

@@ -54,3 +54,32 @@ def test_bench_options_reach_each_adapter():
     assert cfg.bench.for_benchmark("finmcp") == {}
     assert cfg.paths.as_dict() == {"vita": "/v", "finmcp": "/f"}
     assert load_config(EvalConfig, None, [], model="m").bench.for_benchmark("bfcl") == {}  # adapter's own default
+
+
+class _Silent:
+    """A policy (test double) that answers every FinMCP turn with text and no tool call."""
+
+    name = "silent"
+
+    def reply(self, messages, tools, *, seed=None, context=None):
+        from envace.engines.reply import AssistantReply
+
+        return AssistantReply(content="no tools needed")
+
+
+@pytest.mark.parametrize("temperature, noted", [(0.0, True), (0.6, False)])
+def test_slots_are_recorded_beside_the_score_and_greedy_avg_at_k_is_a_departure(temperature, noted):
+    from pathlib import Path
+
+    from envace.benchmarks.run import run_benchmarks
+
+    data = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "finmcp" / "benchmark_synthetic.json"
+    cfg = load_config(EvalConfig, None, [f"policy.temperature={temperature}"], model="models/m")
+    slots = {"policy": cfg.policy.describe(), "user_sim": None, "judge": None}
+    out = run_benchmarks(["finmcp"], _Silent(), limit=None, k=2, seed=0, paths={"finmcp": str(data)}, slots=slots)
+    res = out["results"]["finmcp"]
+    assert res.meta["slots"] == {"policy": slots["policy"]}  # FinMCP has no user simulator or judge
+    assert out["report"]["slots"]["finmcp"] == {"policy": slots["policy"]}
+    # no tool call against gold [GetNav] and [GetFund, GetFund]: every TP/TR/TF1 is 0, over 2 records x 2 attempts
+    assert res.groups["TF1_macro"] == 0.0 and res.categories["Fund"].total == 4
+    assert any("decodes greedily" in d for d in res.departures) is noted
