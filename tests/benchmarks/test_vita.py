@@ -333,3 +333,10 @@ def test_unreadable_task_and_missing_environment_are_errors_of_their_tasks(check
     assert errs["C2"]["stage"] == "environment" and errs["C2"]["type"] == "VitaUnavailable"
     assert "vita.environment.environment" in errs["C2"]["message"]
     assert result.categories["cross_domain"].accuracy == 0.0 and result.categories["cross_domain"].total == 2
+
+
+def test_a_missing_set_file_is_named_before_any_task_runs(checkout):
+    judge = KeywordJudge()
+    with pytest.raises(VitaDataError, match=r"ota/tasks_en.json.*sets=\[\.\.\.\]"):
+        VitaBenchmark(checkout, judge, sets=["delivery", "ota"]).run(ScriptedAgent(), k=1)
+    assert judge.calls == []  # delivery (present) did not run first

@@ -20,7 +20,7 @@ from envace.engines.reply import BenchPolicy
 from envace.benchmarks.tau2.metrics import avg_at_k, is_success, pass_hat_ks
 from envace.benchmarks.vita.checkout import VitaCheckout
 from envace.benchmarks.errors import TaskError, TaskStage, failed_record
-from envace.benchmarks.vita.data import SETS, BadTask, language_name, load_task_entries
+from envace.benchmarks.vita.data import SETS, BadTask, VitaDataError, language_name, load_task_entries, tasks_file
 from envace.benchmarks.vita.judge import RubricJudge
 from envace.benchmarks.vita.runner import run_task
 
@@ -50,6 +50,11 @@ class VitaBenchmark:
     def run(self, policy: BenchPolicy, *, limit: int | None = None, k: int = 1, seed: int = 0) -> BenchmarkResult:
         if k < 1:
             raise ValueError(f"k {k} must be >= 1")
+        missing = [str(f) for f in (tasks_file(self.checkout.root, s, self.checkout.language) for s in self.sets)
+                   if not f.is_file()]
+        if missing:  # checked before any task runs: a missing set must not end the run halfway
+            raise VitaDataError(f"VitaBench task file(s) not found: {', '.join(missing)}; pass the root of a complete "
+                                f"clone (its data/ holds every set), or choose the sets you have with sets=[...]")
         user = self.user_sim if self.user_sim is not None else policy
         records: list[dict[str, Any]] = []
         cats: dict[str, CategoryScore] = {}
