@@ -1,24 +1,12 @@
 """The one sanitising step for untrusted model output, shared by every parser (Act tool calls, Rehearse
-results, fidelity) and applied where model text or tool results enter a prompt or a record.
-
-Rules, each linear in the input size:
-- Text: lone surrogates (code points U+D800..U+DFFF, which no UTF-8 text can hold and a tokenizer
-  rejects with a TypeError) become U+FFFD, as a byte-level decoder does with invalid bytes. This is a
-  decoding step, so it is applied to raw text and never rejects it (`clean_text`).
-- Size: an output longer than `MAX_OUTPUT_CHARS` is classified `ErrorCode.OUTPUT_TOO_LONG` by the
-  parsers without being scanned (`too_long`); an Act output with more than `MAX_TOOL_CALLS` blocks
-  is a format error before any block is decoded; details written into observations are cut to
-  `MAX_DETAIL_CHARS`.
-- JSON decoded from model output is strict (`loads_strict`): besides JSON syntax it rejects NaN /
-  Infinity literals, numbers that overflow a double (`1e400`, which Python's json reads as infinity),
-  integers of more than `MAX_INT_DIGITS` digits, nesting deeper than `MAX_JSON_DEPTH`, and strings or
-  keys holding a lone surrogate (written as a `\\ud83d` escape: grammatical JSON, but not Unicode text;
-  RFC 8259 sect. 8.2 leaves its meaning undefined and I-JSON, RFC 7493, forbids it). Such a value is
-  classified invalid, not repaired: silently changing the value the model wrote would train on a call
-  it did not make. Every rejection is a `StrictJSONError` (a ValueError) with a short reason.
-
-Scanners over tagged text (`<tool_call>`, `<think>`, end markers) live with their formats
-(envace.toolcall, envace.roles) and use `str.find` loops, never backtracking regular expressions.
+results, fidelity) and applied where model text or tool results enter a prompt or a record. Each rule is
+linear in the input size:
+- text: lone surrogates become U+FFFD, as a byte-level decoder does (`clean_text`; never rejects);
+- size: outputs over `MAX_OUTPUT_CHARS` are `ErrorCode.OUTPUT_TOO_LONG` unscanned (`too_long`), Act
+  outputs over `MAX_TOOL_CALLS` blocks are format errors, details are cut to `MAX_DETAIL_CHARS`;
+- JSON (`loads_strict`): NaN/Infinity, doubles that overflow, integers over `MAX_INT_DIGITS` digits,
+  nesting over `MAX_JSON_DEPTH` and lone-surrogate escapes raise `StrictJSONError`. Invalid values are
+  classified, never repaired: training on a call the model did not write would be wrong.
 """
 
 from __future__ import annotations

@@ -1,35 +1,16 @@
 """Outcome advantages for role-wise GRPO (EnvACE) and plain GRPO, as pure tensor functions.
 
-One entry per *training row*, and a row is one role call: one Act generation or one Rehearse
-generation. Every row of a trajectory carries that trajectory's scalar reward R_i.
+One entry per training row (one Act or one Rehearse generation), each carrying its trajectory's reward.
+Role-wise GRPO groups rows by (prompt, role): A_row = R_row - mu_{x,r} (optionally / (std_{x,r} + eps));
+plain GRPO (`grpo`) groups by prompt only. The baseline weighting is `per_output` (mean over the group's
+rows, the reference code's default) or `per_trajectory` (each trajectory once); with `norm_std` the
+sample std is over the same members.
 
-Role-wise GRPO groups rows by (prompt, role) and subtracts the group baseline:
-    A_row = R_row - mu_{x,r}                      (optionally / (std_{x,r} + eps))
-Plain GRPO (`grpo`, for comparison) groups by prompt only.
-
-The baseline is weighted one of two ways:
-- `per_output` (default, as the EnvACE reference code): mu is the mean over the group's *rows*, so a
-  trajectory with more calls of that role weighs more.
-- `per_trajectory`: each trajectory of the group counts once, with the mean reward of its rows in the
-  group (which is just R_i when all its rows carry R_i, the normal case).
-With `norm_std`, the std is taken over the same members as the mean: rows for per_output, trajectories
-for per_trajectory. It is the sample std (Bessel-corrected, as verl's and TRL's `torch.std`).
-
-Where this departs from the reference / verl:
-- A group whose scored rows all come from one trajectory (in particular a 1-row group) gets mu = its own
-  reward, so advantage 0: there is nothing to contrast with. verl's GRPO instead uses mean 0 for a
-  1-element group, which would hand that row its raw reward as advantage.
-- Unscored rows (reward NaN) are left out of mu and std and get advantage 0 (TRL's rule for a completion
-  with no reward). A group with no scored rows gives 0 everywhere. For groups with fewer than two scored
-  members the std is taken as 1 (their advantages are 0 anyway).
-- Trajectory ids only need to be unique within a prompt: a trajectory is identified by
-  (prompt id, trajectory id), so sample indices 0..K-1 work as trajectory ids.
-- The reference pads its row batch by duplicating random rows *before* the advantage, so duplicates leak
-  into the group means; nothing here duplicates rows.
-
-The arithmetic is vectorised (index_add / gather over group indices). Encoding arbitrary hashable ids
-(str or int in a Python list) to integer codes needs one dict pass over the rows, as pandas.factorize does;
-integer tensors and non-object numpy arrays are encoded with torch/np.unique instead.
+Departures from the reference / verl:
+- a group whose scored rows all come from one trajectory gets advantage 0 (verl's GRPO gives a 1-row
+  group its raw reward);
+- unscored rows (reward NaN) are left out of mu and std and get advantage 0 (TRL's rule);
+- rows are never duplicated before the baseline (the reference pads its batch with duplicates first).
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
-"""A hand-written Qwen3 forward for generation with a static KV cache (the fast engine's arithmetic).
-
-Runs a transformers `Qwen3ForCausalLM` with the model's own weights: RMSNorm, q/k RMSNorm per head,
-rotary embeddings (the table is computed by the model's own rotary module), grouped-query attention,
-SwiGLU MLP, tied or untied output layer. What it does differently from the transformers forward, all for
-speed at batch decode:
-- the q/k/v projections are fused into one matmul, and the attention scale is folded into the
-  q norm weight. The fused copies are rebuilt whenever a source parameter changes (its storage or its
-  in-place version counter: optimizer steps and `load_state_dict` bump it), so an engine built once
-  follows the trained weights. Writes through `param.data` do not bump the counter; call `refresh(force=True)`.
-- the KV cache is preallocated for the whole call: K stored transposed (rows*kv_heads, head_dim, T) and V
-  as (rows*kv_heads, T, head_dim), so a decode step writes one column and reads a slice, never a concat.
-- grouped-query attention reshapes the queries to (kv_heads, group) instead of repeating K/V heads.
-- prefill runs the prompts packed (no padding) through the linear layers, and one causal attention call
-  per chunk over the prompts right-padded to the chunk's longest. The last layer needs K/V at every
-  position (for the cache) but its attention output, o_proj, MLP, final norm and output layer only at
-  each prompt's last token, so those run there alone.
-Prompts are right-aligned at column W (the longest prompt); column j < W - len is masked for that row.
-
-Precision: in float32 the results equal the transformers forward to ~1e-6 (tests: same greedy tokens,
-log-probs within 1e-4 of the trainer's recomputation). In bfloat16 / float16 the rounding points differ
-(fused residual adds, the folded attention scale, RMSNorm and attention scores in the input dtype), so
-sampled log-probs match the trainer only to that dtype's precision (~1e-2), as with any separate
-inference engine; measured on CPU only (CUDA is supported by construction, not tested here).
+"""A hand-written Qwen3 forward with a static KV cache (the fast engine's arithmetic), run on a transformers
+`Qwen3ForCausalLM`'s own weights. It departs from the transformers forward for batch-decode speed:
+- fused q/k/v projections with the attention scale folded into the q norm, rebuilt whenever a source
+  parameter's storage or version counter changes (writes through `param.data` need `refresh(force=True)`);
+- a KV cache preallocated for the whole call (K transposed), so a decode step writes one column;
+- grouped-query attention by reshaping the queries, not repeating K/V heads;
+- packed prefill, with the last layer's attention output, MLP and output layer run at each prompt's last
+  token only.
+In float32 it matches the transformers forward to ~1e-6; in bf16/fp16 sampled log-probs match the
+trainer's only to that dtype's precision (~1e-2). Measured on CPU only.
 """
 
 from __future__ import annotations

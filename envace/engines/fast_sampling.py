@@ -1,19 +1,11 @@
 """Token sampling shared by the HF and fast engines: one vectorised pass over a batch of logit rows.
 
-Convention (shared with the trainer, see `envace.engines.base`): the log-prob of the chosen token is the
-full-vocab log_softmax(logits / T) (T = 1 for greedy rows). Each sampled row consumes one uniform u per
-token, drawn from the request's own `torch.Generator` (`row_uniforms`), so a request gives the same tokens
-alone or in any batch.
-
-Which token u selects (inverse CDF):
-- top_p = 1: over the probabilities in *vocabulary order*: the first token j whose cumulative probability
-  (float32 probabilities exp(log-prob), summed in float64 over ids 0..j) exceeds u * total. O(V), no sort. Departure from the engine before this module,
-  which walked the tokens in descending-probability order; both draw from exactly the same distribution,
-  but a given seed now selects a different token than it did then.
-- top_p < 1 (nucleus): over the kept set in descending-probability order (stable: ties by id), the kept
-  set being the smallest prefix holding `top_p` mass; u is scaled by the kept mass. Computed on a top-k
-  slice when the nucleus fits inside it (and the slice edge is not a tie), else on a full sort — both give
-  the same token as the full sort.
+The chosen token's log-prob is the full-vocab log_softmax(logits / T) (T = 1 for greedy rows; the
+convention of `envace.engines.base`). Each sampled row draws one uniform u per token from the request's
+own `torch.Generator` (`row_uniforms`), so a request gives the same tokens alone or in any batch.
+u selects by inverse CDF: at top_p = 1 over the probabilities in vocabulary order (O(V), no sort); at
+top_p < 1 over the nucleus in descending-probability order (ties by id), taken from a top-k slice when
+the nucleus fits inside it, else from a full sort (the same token either way).
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Local batched generation with Hugging Face transformers models (the embedded backend's engine).
 
-A hand-written sampling loop over `model(input_ids, past_key_values=..., use_cache=True)` rather than
-`model.generate`, because RL needs per-row control that `generate` does not give:
-- per-request temperature (0 = greedy), top-p, max_new_tokens and stop strings in one batch;
-- per-request seeds: each row draws its uniforms from its own `torch.Generator`, and sampling is an
-  inverse-CDF lookup per row (`envace.engines.fast_sampling`: vocabulary order at top_p = 1, no sort), so
-  a request gives the same tokens alone or in any batch;
-- the sampled token's log-prob under the convention of `envace.engines.base` (log_softmax(logits / T)
-  over the full vocabulary, before top-p truncation; greedy rows at T = 1), which is exactly what
-  `envace.engines.logprobs.response_logprobs` recomputes for the loss.
-
-Prompts are left-padded with an attention mask and explicit position ids, so padding never shifts RoPE
-positions. Finished rows are dropped from the batch and the KV cache as they finish.
-
-Stop strings: a row stops at the first token after which its decoded continuation *contains* a stop
-string (a superset of "ends with": a BPE token may carry the stop text plus trailing characters). The
-stop text is kept and `text` is always the decode of `token_ids` (eos / `<|im_end|>` left out of the
-text but kept in the ids, because the trainer must learn to emit it).
+A hand-written loop over `model(input_ids, past_key_values=...)` instead of `model.generate`, for the
+per-row control RL needs: per-request temperature, top-p, max_new_tokens, stop strings and seed in one
+batch (sampling in `envace.engines.fast_sampling`, so a request gives the same tokens alone or batched),
+and the sampled token's log-prob under the convention that `envace.engines.logprobs` recomputes.
+Prompts are left-padded with explicit position ids; finished rows leave the batch and the KV cache.
+A row stops once its decoded continuation contains a stop string; the stop text is kept and `text` is
+the decode of `token_ids` (eos / `<|im_end|>` stay in the ids, so the trainer learns to emit them).
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
-"""`envace serve`: a small OpenAI-compatible HTTP server (FastAPI + uvicorn) for any local HF model dir
-(the tiny model, or a real local Qwen3 / SmolLM2 dir), so the same `OpenAIChatClient` path that talks to
-`vllm serve ... --enable-auto-tool-choice --tool-call-parser hermes` on a GPU machine is exercised here.
+"""`envace serve`: a small OpenAI-compatible HTTP server (FastAPI + uvicorn) for a local HF model dir, so the
+`OpenAIChatClient` path that talks to `vllm serve --tool-call-parser hermes` on a GPU machine runs here.
 
-Endpoints: `GET /v1/models`, `POST /v1/chat/completions` (model, messages, tools, tool_choice auto|none,
-temperature, top_p, max_tokens / max_completion_tokens, seed, stop, n, response_format,
-chat_template_kwargs). Hermes `<tool_call>` blocks become OpenAI `tool_calls` with
-`finish_reason: "tool_calls"`; `<think>` text goes to `reasoning_content` (as vLLM's reasoning parser
-does); usage counts are returned. Errors use OpenAI's `{"error": {message, type, code}}` shape: 400 for a
-bad request, 404 for an unknown model name (as vLLM), 500 when generation fails.
-
-Limits, so one request cannot tie the server up:
-- context: prompt + max_tokens must fit `max_model_len` (default: the model's `max_position_embeddings`,
-  as vLLM's `--max-model-len`); a longer request is a 400 "maximum context length". A prompt whose text
-  alone must exceed the context (characters / the longest vocabulary token) is refused before it is
-  tokenised. Without max_tokens the completion may use what the prompt leaves of the context (up to 512).
-- `max_tokens` (or max_completion_tokens) above `max_tokens_limit` (default: max_model_len) is a 400,
-  never clamped: a client asking for 1e30 tokens learns the limit instead of silently getting less.
-- request bodies over `max_request_bytes` (default 8 MB) are answered 413 before they are parsed.
-- seeds outside [0, 2^63 - n] are a 400 (torch generators take 64-bit seeds; choice i uses seed + i).
-- a client that disconnects cancels its generation (checked before every forward pass of the model),
-  and SIGTERM / Ctrl-C cancel in-flight generations, which answer 503, so the server exits at once.
-
-Departures from vLLM: no streaming (`stream: true` is refused with 400), no constrained decoding
-(`response_format` json_schema / json_object is best effort, see chat_model.py), requests are served one
-at a time, and unknown request fields are ignored. Binds 127.0.0.1 unless told otherwise.
+`GET /v1/models` and `POST /v1/chat/completions`: Hermes `<tool_call>` blocks become OpenAI `tool_calls`,
+`<think>` text goes to `reasoning_content`, errors use OpenAI's `{"error": ...}` shape (400 bad request,
+404 unknown model, 413 body over `max_request_bytes`, 500 generation failed, 503 cancelled). Requests are
+bounded: prompt + max_tokens must fit `max_model_len`, max_tokens above `max_tokens_limit` is refused
+(never clamped), and a disconnected client or SIGTERM cancels its generation.
+Departures from vLLM: no streaming, `response_format` is best effort (see chat_model.py), one request at
+a time, unknown request fields ignored. Binds 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations

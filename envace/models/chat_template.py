@@ -1,22 +1,11 @@
 """The chat template of the tiny model: Qwen3's layout for system prompt, tools, tool calls and tool
-responses, with Qwen3's boilerplate sentences cut to one short line each.
+responses (`<|im_start|>` turns, a `# Tools` section with `<tools>` JSON schemas, `<tool_call>` blocks,
+consecutive tool messages grouped into one user turn of `<tool_response>` blocks), so prompts built for
+the tiny model look like those a real Qwen3 sees. `envace.toolcall.render_tool_call` writes the same block.
 
-What is kept from Qwen3 (so prompts built for the tiny model look like the ones a real Qwen3 sees):
-- `<|im_start|>{role}\\n{content}<|im_end|>\\n` turns;
-- with tools, the system turn gains a `# Tools` section: `<tools>`, one JSON schema per line (the whole
-  OpenAI schema, as Qwen3 writes it), `</tools>`, and the `<tool_call>` answer format;
-- assistant tool calls as `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>` blocks, one
-  per call, separated by a newline (and from the content by a newline); arguments given as a JSON
-  string are written verbatim, as Qwen3 does;
-- consecutive `tool` messages grouped into one `user` turn of `<tool_response>` blocks;
-- `add_generation_prompt` appends `<|im_start|>assistant\\n`.
-
-Departures from Qwen3: no `<think>` handling at all (`enable_thinking` is accepted and ignored, and
-earlier assistant turns are not stripped of reasoning), the tool-call JSON is written with `tojson` for
-the name too (identical for ordinary names, and valid JSON for odd ones), and the boilerplate is shorter
-(the tiny model pays for every prompt token); the one-line-signature variant keeps only `# Tools` and
-the `<tools>` tags. `envace.toolcall.render_tool_call` writes exactly the same
-block text as this template.
+Departures from Qwen3: no `<think>` handling (`enable_thinking` is ignored), the tool name is written
+with `tojson` too, and the boilerplate is cut to one short line each (the tiny model pays for every
+prompt token); the one-line-signature variant keeps only `# Tools` and the `<tools>` tags.
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
 """Test-time rehearsal (TTS), token level (the tool world): N private rehearsals, a rehearsal memory m_x,
-then exactly ONE committed execution in the real environment with m_x in context.
+then exactly ONE committed execution in the real environment with m_x in its system prompt.
 
-`tts_rollout(tasks, engine, cfg, n, mode, env_factory, seed, k=...)`, for each of k attempts per task:
-1. Private phase on the first user message (tts_private.rehearse_privately on `private_view(task, [system,
-   first user message])`): N rehearsals, parallel or sequential, reviews, the memory m_x.
-2. Committed phase: `run_rollout` in env mode, m_x appended to the system prompt (tts_prompts.MEMORY_HEADER),
-   at `TTSConfig.commit_temperature` (default: the rollout config's own, so N = 0 is exactly the plain
-   env-mode run with the same seed). With `rehearse_at="every"`, each later user message of a multi-turn
-   task triggers a new private phase from the conversation said so far (the committed run's own calls and
-   real results included, the memory so far in its system prompt); the new memory, written seeing the
-   earlier one, replaces the note in the system prompt before the committed run answers that message.
-
-Seeds: attempt a uses `derive_seed(seed, "tts-attempt", a)` for its committed run and derives its private
-seeds from that, so k attempts get k distinct seeds in both phases; with N = 0 the attempts are the
-k samples of one plain rollout (distinct per-sample seeds, as in any evaluation).
-
-Isolation is structural: nothing in the private phase receives an environment. For the first user message
-`env_factory` is passed to `run_rollout` only after the private phase has returned, so no real environment
-exists yet; later private phases (every-turn mode) run while the committed episode's environment exists,
-but are given only the said conversation and the tools.
-
-Records: each committed trajectory has `traj.tts = {"n", "mode", "attempt", "seed", "memory" (the last
-m_x), "phases": [per-user-turn summaries], "private": [Trajectory, ...]}` and each private trajectory
-`traj.tts = {"role": "private", "n", "mode", "attempt", "index", "user_turn", "assessment", "achieved",
-"memory", "seed"}` (prompt_index = the task's, sample_index = a per-task counter); `envace.store.tts`
-stores both and links them. `reward_breakdown["tts"]` holds the JSON-safe summary.
+`tts_rollout` runs, for each of k attempts per task, a private phase (`tts_private.rehearse_privately`
+on the conversation said so far: N parallel or sequential rehearsals, reviews, the memory) and then the
+committed `run_rollout` in env mode. N = 0 is exactly the plain env-mode run with the same seed; with
+`rehearse_at="every"` each later user message triggers a new private phase whose memory replaces the note.
+Isolation is structural: no private phase is given an environment, and for the first user message
+`env_factory` reaches `run_rollout` only after the private phase has returned.
+Records: `traj.tts` on committed and private trajectories (see `tts_rollout`); `envace.store.tts` links them.
 """
 
 from __future__ import annotations
@@ -131,7 +114,14 @@ def tts_rollout(tasks: list[Task], policy_engine: GenerationEngine, cfg: Rollout
                 mode: TTSMode | str, env_factory: Callable[[], Environment], seed: int, *, k: int = 1,
                 options: TTSConfig | None = None, step: int = 0, enable_thinking: bool = True) -> list[Trajectory]:
     """k attempts per task of: N private rehearsals, then one committed env-mode episode. Returns the
-    committed trajectories ordered by (task, attempt); their private ones are in `traj.tts["private"]`."""
+    committed trajectories ordered by (task, attempt); their private ones are in `traj.tts["private"]`.
+
+    Seeds: attempt a's committed run uses `derive_seed(seed, "tts-attempt", a)` and its private seeds derive
+    from that, so k attempts get k distinct seeds in both phases (with N = 0, the k samples of one plain
+    rollout). Records: a committed trajectory's `traj.tts` = {"n", "mode", "attempt", "seed", "memory" (the
+    last m_x), "phases", "private"}; a private one's = {"role": "private", "n", "mode", "attempt", "index",
+    "user_turn", "assessment", "achieved", "memory", "seed"}; `reward_breakdown["tts"]` holds a JSON-safe
+    summary."""
     check_tts(n, mode)
     if env_factory is None:
         raise ValueError("tts_rollout needs env_factory: the committed run executes in the real environment")
