@@ -86,8 +86,15 @@ def parity(workdir: str, model_dir: str, device: str = "cuda") -> int:
 
 
 def verl_config(workdir: str, model_dir: str, parquet: str) -> int:
+    import importlib.util
+
     import yaml
 
+    overrides = ["trainer.val_before_train=false", "actor_rollout_ref.rollout.enforce_eager=true"]
+    if importlib.util.find_spec("flash_attn") is None:
+        # verl's FSDP actor defaults to flash-attention 2 with remove-padding; without flash-attn use SDPA
+        overrides += ["+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+                      "actor_rollout_ref.model.use_remove_padding=false"]
     cfg = {
         "model": model_dir, "train_files": [parquet], "rollout": "vllm", "n": 2, "train_batch_size": 2,
         "max_prompt_length": 768, "rollout_prompt_length": 768, "max_response_length": 64, "max_model_len": 1024,
@@ -96,7 +103,7 @@ def verl_config(workdir: str, model_dir: str, parquet: str) -> int:
         "checkpoint_dir": str(Path(workdir, "verl_ckpt")), "python": sys.executable,
         "loop": {"act": {"temperature": 1.0, "max_tokens": 48}, "rehearse": {"temperature": 0.01, "max_tokens": 48},
                  "max_assistant_turns": 2, "threads": 8},
-        "overrides": ["trainer.val_before_train=false", "actor_rollout_ref.rollout.enforce_eager=true"],
+        "overrides": overrides,
     }
     path = Path(workdir, "verl_smoke.yaml")
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
