@@ -1,19 +1,13 @@
 """Policy-gradient losses (PPO-clip with dual clip, vanilla PG) and loss aggregation over tokens.
 
-Shapes: B training rows (one per role call), L response tokens; `mask` (B, L) is 1 on the tokens the row
-generated (its loss tokens) and 0 on padding. Advantages are (B,) (one outcome advantage per row,
-broadcast over its tokens) or (B, L).
-
-PPO-clip with dual clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL"; the form
-verl uses): per token, with ratio rho = exp(logp - old_logp),
+Shapes: B rows (one per role call), L response tokens; `mask` (B, L) is 1 on the row's loss tokens;
+advantages are (B,) (broadcast over tokens) or (B, L). PPO-clip with dual clip (Ye et al. 2020, the form
+verl uses), per token with rho = exp(logp - old_logp):
     clipped = max(-A*rho, -A*clip(rho, 1-clip_low, 1+clip_high))
     loss    = min(clipped, c*|A|)  if A < 0   else clipped
-so for a negative advantage a very large ratio cannot blow up the loss beyond c*|A|.
-Departures: the log-ratio is clamped to [-20, 20] before exp (only guards overflow; such tokens are clipped
-anyway). The sequence-level aggregation modes skip rows with no loss tokens instead of counting them as 0.
-
-Every policy loss has the signature of `ppo_clip_loss` and returns (scalar loss, metrics dict of floats),
-with the same metric keys, so a trainer logs them without knowing which loss ran.
+Departures: the log-ratio is clamped to [-20, 20] before exp (an overflow guard; such tokens are clipped
+anyway), and the sequence-level aggregations skip rows without loss tokens instead of counting them as 0.
+Every policy loss has `ppo_clip_loss`'s signature and returns (loss, metrics) with the same metric keys.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""The fast embedded generation engine: `GenerationEngine` over a Qwen3 model with a static KV cache.
+"""The fast embedded generation engine: `GenerationEngine` over a Qwen3 model with a static KV cache
+(arithmetic in `envace.engines.fast_model.Qwen3Kernel`).
 
-Same contract and same results as `envace.engines.hf.HFEngine` (the reference implementation, kept for
-the models this one cannot run; `envace.engines.factory.make_engine` chooses): per-request temperature
-(0 = greedy), top_p, max_new_tokens, stop strings and seed; log-probs under the convention of
-`envace.engines.base`; each row's uniforms come from its own seed (`fast_sampling.row_uniforms`), so a
-request gives the same tokens alone, in any batch, and in either engine (up to float rounding of the
-logits). The arithmetic is `envace.engines.fast_model.Qwen3Kernel`.
-
-How it saves time against HFEngine:
-- one static cache per call, prompts prefilled packed (no padding), GQA without head copies;
-- sampling without a full-vocabulary sort (`fast_sampling`);
-- finished rows are kept (and ignored) until at least a quarter of the batch has finished, then dropped
-  in one copy of the live rows, instead of a cache copy at every finish;
-- stop strings are checked on the decode of a tail window of the continuation, long enough to hold any
-  stop string (byte-level tokens carry at least one byte each), not on the whole continuation; a window
-  hit is confirmed on the full decode, so the stop point is the one HFEngine finds.
+Same contract and results as `envace.engines.hf.HFEngine`, the reference kept for models this one cannot
+run (`envace.engines.factory.make_engine` chooses): a request gives the same tokens alone, in any batch
+and in either engine, up to float rounding of the logits. Where it saves time: packed prefill into one
+static cache, sampling without a vocabulary sort, finished rows dropped in one copy once a quarter of the
+batch has finished, and stop strings checked on a tail window of the decode (a hit is confirmed on the
+full decode, so the stop point is HFEngine's).
 """
 
 from __future__ import annotations

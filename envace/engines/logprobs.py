@@ -1,19 +1,12 @@
-"""Log-prob recomputation for the trainer: the log-probs of given response tokens under the current
-weights, at the temperature each token was sampled with (the convention of `envace.engines.base`:
-log_softmax(logits / T) over the full vocabulary, T = 1 for greedy rows).
+"""Log-prob recomputation for the trainer: the log-probs of given response tokens under the current weights,
+at the temperature each token was sampled with (log_softmax(logits / T) over the full vocabulary, T = 1
+for greedy rows: the convention of `envace.engines.base`).
 
-`token_logprobs` is the one forward: right-padded sequences (P, T) and a flat list of N read positions
-(sequence, position, target token, temperature). The base model runs over whole sequences, but the output
-layer (lm_head) and log_softmax run only on the N gathered final hidden states, so their cost scales with
-the response tokens, not with the padded sequence length. Right padding with a causal mask leaves every
-real token's positions 0..n-1 and its attention on real tokens only, so no attention mask is passed (the
-padded tail computes values that are never read). Several responses may be read from one sequence (the
-packing of `envace.trainers.packing`), each at its own temperature.
-
-The response-only head is used for decoder architectures whose logits are exactly lm_head(final hidden
-state) (`_PLAIN_HEAD_TYPES`); any other model falls back to full logits (`full_logits=True` forces that
-reference path). Gradients flow (this is the loss input); wrap calls in `torch.no_grad()` for old /
-reference log-probs.
+`token_logprobs` is the one forward over right-padded sequences (P, T) and N read positions (sequence,
+position, token, temperature); several responses may be read from one packed sequence. The output layer
+and log_softmax run only on the N gathered hidden states (architectures in `_PLAIN_HEAD_TYPES`; others,
+or `full_logits=True`, take the full-logits reference path), so their cost scales with the response
+tokens. Gradients flow; wrap old / reference log-probs in `torch.no_grad()`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Byte-level BPE tokenizer for the tiny model, trained offline with HF `tokenizers`.
 
-Layout follows Qwen3: byte-level BPE, digits split one per token (so numbers are spelled digit by digit,
-which a tiny model copies far more easily than multi-digit merges), and Qwen3's chat tokens as single
-ids: `<|endoftext|>` (pad), `<|im_start|>`, `<|im_end|>` (eos) are *special*; `<tool_call>`,
-`</tool_call>`, `<tool_response>`, `</tool_response>`, `<think>`, `</think>` are added but *not special*,
-as in Qwen3, so `decode(..., skip_special_tokens=True)` keeps tool-call markup.
-
-Departures: the pre-tokenizer regex is GPT-2's (ByteLevel's default) rather than Qwen's; the vocabulary is
-tiny (the trainer stops early when a small corpus runs out of merges). Chat tokens are cut out of the
-corpus before training so no merge is spent on their pieces. BPE training has no randomness: `seed` is
-accepted so every builder takes one (init_tiny_model records it), but the same corpus always gives the same vocab.
-
-Saved directories load with `AutoTokenizer.from_pretrained` as the generic fast tokenizer
-(`tokenizer_class` = TokenizersBackend): a model-specific class such as Qwen2Tokenizer would rebuild the
-pre-tokenizer and stop round-tripping spaces.
+Layout follows Qwen3: byte-level BPE, digits split one per token (a tiny model copies digit-by-digit
+numbers far more easily), `<|endoftext|>` (pad), `<|im_start|>`, `<|im_end|>` (eos) as special tokens,
+and the tool-call / tool-response / think tags as added but not special tokens, so
+`decode(..., skip_special_tokens=True)` keeps tool-call markup. Departures: GPT-2's pre-tokenizer regex,
+a tiny vocabulary, chat tokens cut from the corpus before training. Training is deterministic (`seed` is
+accepted and recorded only). Saved dirs load with `AutoTokenizer.from_pretrained` as the generic fast
+tokenizer (a model-specific class would rebuild the pre-tokenizer and stop round-tripping spaces).
 """
 
 from __future__ import annotations

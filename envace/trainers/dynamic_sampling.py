@@ -1,20 +1,14 @@
 """Dynamic sampling (DAPO, Yu et al. 2025, §3.2): keep only groups that carry a GRPO signal.
 
-A group is one prompt's K trajectories. When all K scored rewards are equal, every advantage of the
-group is zero (plain GRPO: r - mean(r) = 0; role-wise GRPO: each role's baseline is that same reward), so
-the group adds no gradient, only tokens that dilute a token-mean loss. With dynamic sampling on, such
-groups are dropped and further prompts are rolled out, round by round, until the step holds
-`prompts_per_step` informative groups or `max_refill_rounds` refills have run.
+A group is one prompt's K trajectories; when all K scored rewards are equal every advantage is zero, so
+the group only dilutes a token-mean loss. Such groups are dropped and further prompts are rolled out,
+round by round (seeds derived from (seed, step, "refill", r); prompt indices after every earlier round's),
+until the step holds `prompts_per_step` informative groups or `max_refill_rounds` have run.
 
-Determinism: refill round r samples its prompts with a seed derived from (seed, step, "refill", r) from
-the tasks this step has not used yet, and rolls them out under a seed derived from the same triple; its
-groups get prompt indices after every earlier round's, so (step, prompt_index, sample_index) stays unique.
-
-Departures from DAPO: DAPO over-generates a fixed multiple of the batch; here each round asks for the
-missing groups divided by the informative share seen so far (at least 1/4, at most 4x the deficit), so a
-step costs about what it must. When the rounds run out, the step trains on the informative groups it
-has (fewer than `prompts_per_step`), rather than padding with zero-signal groups. Excess informative
-groups of the last round are dropped in prompt order (the batch size stays what was configured).
+Departures from DAPO (which over-generates a fixed multiple): each round asks for the missing groups
+divided by the informative share seen so far (at least 1/4, at most 4x the deficit); when the rounds run
+out the step trains on the informative groups it has; surplus groups of the last round are dropped in
+prompt order.
 """
 
 from __future__ import annotations
