@@ -65,8 +65,9 @@ def _paired_delta(name: str) -> dict[str, Any]:
             for mode in ("greedy", "t1")}
 
 
-def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str) -> dict[str, Any]:
+def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str, store: str | None = None) -> dict[str, Any]:
     from envace.evaluation.config import EvalConfig
+    from envace.evaluation.eval_store import store_paired_eval
     from envace.evaluation.paired import score_tasks
     from envace.engines.factory import make_engine
     from envace.models.loading import load_policy
@@ -77,8 +78,13 @@ def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str) -> dict[str, A
     engine = make_engine(model, tok)
     tasks = load_tasks(ecfg.data, split="test", n=cfg.eval_tasks)
     # per-task scores (envace.evaluation.paired), so RL checkpoints are compared with SFT task by task
-    g_scores = score_tasks(engine, tasks, seeds=[0], temperature=0.0, rollout=ecfg.rollout, with_fidelity=True)
-    t_scores = score_tasks(engine, tasks, seeds=cfg.eval_seeds, temperature=1.0, rollout=ecfg.rollout)
+    # every episode also goes to the trajectory store (one eval run per model and temperature)
+    with store_paired_eval(store, model_dir, ecfg, temperature=0.0, name=f"demo-{name}-greedy") as put:
+        g_scores = score_tasks(engine, tasks, seeds=[0], temperature=0.0, rollout=ecfg.rollout, with_fidelity=True,
+                               on_trajectories=put)
+    with store_paired_eval(store, model_dir, ecfg, temperature=1.0, name=f"demo-{name}-t1") as put:
+        t_scores = score_tasks(engine, tasks, seeds=cfg.eval_seeds, temperature=1.0, rollout=ecfg.rollout,
+                               on_trajectories=put)
     greedy, sampled = g_scores.meta["summary"], t_scores.meta["summary"]
     res = {"greedy": greedy, "t1": sampled}
     (out / f"eval_{name}.json").write_text(json.dumps(res, indent=2, default=str))
@@ -120,7 +126,7 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
                                 data=DataConfig(n_tasks=cfg.sft_tasks, seed=cfg.seed)))
         summary["sft"] = {**sft_sum, "wall_s": time.perf_counter() - t0}
         sft_model = out / "sft" / "model"
-        summary["eval_sft"] = _eval(sft_model, cfg, out, "sft")
+        summary["eval_sft"] = _eval(sft_model, cfg, out, "sft", store)
         methods = {"envace": {"rollout": {"mode": "rehearse"}}}
         if cfg.baseline:
             methods["grpo_env"] = {"rollout": {"mode": "env"}}
@@ -136,7 +142,7 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
             res = train(tcfg)
             summary[name] = {"wall_s": time.perf_counter() - t0, "steps": res.last_step,
                              "final_reward": res.history[-1]["reward/mean"] if res.history else None}
-            summary[f"eval_{name}"] = _eval(res.checkpoint / "policy", cfg, out, name)
+            summary[f"eval_{name}"] = _eval(res.checkpoint / "policy", cfg, out, name, store)
             summary[f"delta_{name}"] = _paired_delta(name)
         _say("6/7 test-time rehearsal sweep")
         summary["tts"] = _tts_sweep(out / "envace" / "checkpoints", cfg)

@@ -35,8 +35,22 @@ def test_quick_demo_runs_every_stage(tmp_path):
             assert d["boot_lo"] <= d["diff"] <= d["boot_hi"]
     eng = sa.create_engine(f"sqlite:///{out / 'store.db'}")
     with eng.connect() as c:
-        n_runs = c.execute(sa.text("SELECT count(*) FROM runs")).scalar()
-    assert n_runs == 2  # one store run per RL method
+        runs = c.execute(sa.text("SELECT name, kind, status FROM runs")).all()
+        per_eval = dict(c.execute(sa.text("SELECT r.name, count(*) FROM trajectories t JOIN runs r ON r.id = t.run_id "
+                                          "WHERE r.kind = 'eval' GROUP BY r.name")).all())
+    assert sorted(r.name for r in runs if r.kind == "train") == ["envace", "grpo_env"]  # one store run per RL method
+    # the demo's own evaluations are stored too: one run per (checkpoint content, temperature), finished.
+    # Checkpoints with identical weights share their runs (in the quick run both RL methods may see only
+    # zero advantages, so weight decay alone moves them, identically); quick: 6 test tasks, greedy = seed 0
+    # plus its rehearse-mode fidelity pass, T=1 = seed 0
+    from envace.tracking.dvc_hash import content_hash
+
+    models = [out / "sft" / "model", *(out / "envace" / "checkpoints").glob("step_*/policy"),
+              *(out / "grpo_env" / "checkpoints").glob("step_*/policy")]
+    evals = {r.name: r.status for r in runs if r.kind == "eval"}
+    assert set(evals) <= {f"demo-{m}-{t}" for m in ("sft", "envace", "grpo_env") for t in ("greedy", "t1")}
+    assert set(evals.values()) == {"finished"} and len(evals) == 2 * len({content_hash(p) for p in models})
+    assert per_eval == {name: 12 if name.endswith("greedy") else 6 for name in evals}
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
