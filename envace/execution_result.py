@@ -1,16 +1,12 @@
 """The Rehearse output format, `<execution_result>` JSON `</execution_result>`: the one parser and the
-renderer. Every reader of Rehearse text uses `parse_execution_result` (the rollout via
-envace.roles.rehearse, the fidelity scores, the store), so an observation and a fidelity verdict on the
-same text cannot disagree. It lives below roles/ and tracking/ so both can import it.
+renderer. Every reader of Rehearse text (the rollout via envace.roles.rehearse, envace.fidelity, the
+store) uses `parse_execution_result`, so an observation and a fidelity verdict on the same text agree.
 
-Parsing is strict and never raises: after a leading `<think>` section, the text must be exactly one
-`<execution_result>` … `</execution_result>` block (surrounding whitespace and trailing end-of-turn
-markers are tolerated) holding a non-empty JSON object or a JSON array. Departures from the reference:
-the JSON is strict (envace.untrusted.loads_strict: no NaN / Infinity / 1e400, no lone-surrogate
-escapes, bounded depth), so every accepted result is strict JSON; a JSON scalar is classified as a
-decode error (wrong shape), `{}` / `null` as empty. Prose before the block, text after it and bare JSON
-without the tags are all rejected (the lenient reading the fidelity module once had is gone).
-Scanning is linear in the text (str.find / one anchored match; see envace.toolcall.strip_end_markers).
+Parsing is strict and never raises: after a leading `<think>` section the text must be exactly one block
+(surrounding whitespace and trailing end-of-turn markers tolerated) holding a non-empty JSON object or
+array. Departures from the reference: the JSON is strict (envace.untrusted.loads_strict); a scalar is a
+decode error and `{}` / `null` are empty; prose around the block and bare JSON are rejected. Scanning is
+linear in the text.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Chat on top of a local `GenerationEngine`: OpenAI messages + tools in, assistant text and parsed Hermes
-tool calls out. `envace serve` (server.py) puts this behind HTTP; `HFChatPolicy` uses it directly as a
-`BenchPolicy` (no HTTP) for benchmarks run in-process.
+tool calls out. `envace serve` (server.py) puts it behind HTTP; `HFChatPolicy` is the in-process
+`BenchPolicy`.
 
-Pipeline per request: normalise the messages (assistant tool-call arguments given as JSON strings become
-objects, as vLLM does before templating), render them with the model's own chat template and the tools,
-generate with `envace.engines.hf.HFEngine` (token ids in, text out; per-request seed), cut the text at the
-first stop string (OpenAI semantics: the stop text is not returned), split `<think>` reasoning off, and
-parse `<tool_call>` blocks with `envace.toolcall.parse_tool_calls`. As with vLLM's hermes parser, a
-malformed block leaves the whole text as content with no calls, and no tool-name whitelist is applied.
-
-`json_schema` is best effort: the schema goes into the system prompt as an instruction and the first JSON
-value found in the reply is returned as the content. There is no constrained decoding here (vLLM's guided
-decoding does constrain), so a small model may still answer with something else.
+Per request: normalise the messages (JSON-string arguments become objects, as vLLM does), render them
+with the model's chat template, generate with a per-request seed, cut at the first stop string (not
+returned), split off `<think>` reasoning, parse `<tool_call>` blocks (a malformed block leaves the whole
+text as content, as vLLM's hermes parser). Departure from vLLM: `json_schema` is best effort (an
+instruction in the system prompt, the first JSON value of the reply returned), not constrained decoding.
 """
 
 from __future__ import annotations

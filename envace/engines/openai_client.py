@@ -1,20 +1,13 @@
 """A client for any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, `envace serve`, a hosted API),
 used for the policy under evaluation, the user simulator and the judge.
 
-- Tools go out as OpenAI function schemas. Tool calls come back from the response's `tool_calls` field
-  when the server parsed them (vLLM with `--enable-auto-tool-choice --tool-call-parser hermes`,
-  `envace serve`), otherwise they are parsed from Hermes `<tool_call>` blocks in the text with
-  `envace.toolcall.parse_tool_calls`. No tool-name whitelist is applied here (as vLLM's parser does not):
-  calling an unknown tool is a model error for the benchmark to score, not a transport error.
-- Malformed model output (bad JSON arguments, unbalanced tags) becomes `ChatResult.parse_error`, never an
-  exception. Transport problems are retried with exponential backoff (connection errors, timeouts, 429,
-  5xx; `Retry-After` honoured up to 30 s) but not 4xx; after the last try `ChatClientError` names the URL,
-  the status and the server's message.
-- `complete(messages, json_schema=..., temperature=...) -> str` is the shape the checklist judge's
-  `ChatBackend` expects; `OpenAIPolicy` adapts the client to `envace.engines.reply.BenchPolicy`.
-
-Departure from the OpenAI SDK: no streaming, and `temperature` defaults to 0 (evaluation and judging want
-determinism; the API's own default is 1).
+Tool calls come from the response's `tool_calls` when the server parsed them, else from Hermes
+`<tool_call>` blocks in the text (`envace.toolcall.parse_tool_calls`); no tool-name whitelist (an unknown
+tool is the benchmark's to score). Malformed output becomes `ChatResult.parse_error`, never an exception;
+transport errors (connection, timeout, 429, 5xx) are retried with backoff, 4xx are not, and the final
+`ChatClientError` names the URL, status and message. `complete(...) -> str` serves the checklist judge;
+`OpenAIPolicy` adapts the client to `envace.engines.reply.BenchPolicy`.
+Departure from the OpenAI SDK: no streaming, and `temperature` defaults to 0 (the API's default is 1).
 """
 
 from __future__ import annotations

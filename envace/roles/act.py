@@ -1,17 +1,12 @@
 """The Act role: prompt building and output parsing.
 
-Act is simply "the assistant" of the model's own tool-calling chat template: the prompt is the chat
-history rendered with the sample's tool schemas and a generation prompt; the output is zero or more
-Hermes `<tool_call>` blocks (a tool call) or plain text (the reply to the current user turn).
-
-As in the reference code, the assistant turn that goes back into the history is re-rendered from the
-*parsed* content and calls, not the raw sampled text, so the context always holds canonical calls.
-Departures from the reference:
-- The whole prompt is re-rendered every turn (no incremental token cache); `<think>` text of earlier
-  turns is therefore not kept in the context (the reference's incremental mode keeps it).
-- A malformed Act output (bad format, bad JSON, unknown tool, schema violation) goes back into the
-  history as its visible raw text with no calls, followed by an error tool message; re-rendering a
-  half-parsed message would hide what the model actually wrote.
+Act is "the assistant" of the model's own tool-calling chat template: the prompt is the history rendered
+with the task's tool schemas; the output is Hermes `<tool_call>` blocks or plain text (the reply). As in
+the reference code, the assistant turn that goes back into the history is re-rendered from the parsed
+content and calls. Departures from the reference:
+- the whole prompt is re-rendered every turn, so earlier turns' `<think>` text is not kept;
+- a malformed Act output goes back into the history as its raw text with no calls, followed by an error
+  tool message (re-rendering a half-parsed message would hide what the model wrote).
 """
 
 from __future__ import annotations

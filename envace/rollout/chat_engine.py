@@ -1,18 +1,12 @@
-"""A `BenchPolicy` (chat messages in, one reply out) behind the `GenerationEngine` protocol, so chat-level
-callers (benchmarks, any OpenAI-compatible endpoint) run episodes through the ONE rollout state machine
-(envace.rollout.machine) with its handlers, limits and `TerminationReason`s.
+"""A `BenchPolicy` behind the `GenerationEngine` protocol, so chat-level callers (benchmarks, OpenAI-compatible
+endpoints) run episodes through the ONE rollout state machine (envace.rollout.machine).
 
-The machine sees `chat = True` and sends the conversation in `GenRequest.messages` (OpenAI shape, tool
-schemas in `GenRequest.tools`); this adapter normalises it for an OpenAI endpoint (call ids, JSON-string
-arguments, `tool_call_id` on tool results), asks the policy, and returns the reply as Act text (content +
-Hermes `<tool_call>` blocks), which the machine parses with the same parser as token-level output. A
-reply the policy itself classified as malformed keeps its error (`GenResult.meta["parse_error"]`).
-
-Sampling: a BenchPolicy fixes its own temperature / max_tokens; the request's values are applied to a
-copy of the policy when it has those attributes (OpenAIPolicy, HFChatPolicy), else the policy is used
-as it is and `notes` says so. No token ids or log-probs exist at this level (Turn fields stay empty).
-Context limit: counted with the policy's own tokenizer when it has one (HFChatPolicy), else estimated as
-characters / `chars_per_token` (a departure: an HTTP endpoint does not expose its tokenizer).
+The machine sends the conversation in `GenRequest.messages` / `GenRequest.tools`; this adapter normalises
+it for an OpenAI endpoint, asks the policy and returns the reply as Act text (content + Hermes
+`<tool_call>` blocks) for the machine's own parser; a reply the policy classified as malformed keeps its
+error. The request's temperature / max_tokens go to a copy of the policy when it has those attributes,
+else `notes` says they were not applied. No token ids or log-probs exist at this level. Departure: without
+the policy's tokenizer (an HTTP endpoint), the context limit is estimated as characters / `chars_per_token`.
 """
 
 from __future__ import annotations
