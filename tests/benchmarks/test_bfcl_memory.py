@@ -44,7 +44,8 @@ class Memorizer:
                 return AssistantReply(content="Noted.")
             names = {t["function"]["name"] for t in tools}
             if "core_memory_add" in names:
-                calls = [ToolCall("core_memory_add", {"key": f"answer_{n}", "value": a}) for n, a in self.answers.items()]
+                calls = [ToolCall("core_memory_add", {"key": f"answer_{n}", "value": a})
+                         for n, a in self.answers.items()]
             else:
                 text = "; ".join(f"answer_{n}: {a}" for n, a in self.answers.items())
                 calls = [ToolCall("memory_append", {"text": text})]

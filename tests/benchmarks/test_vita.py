@@ -312,7 +312,8 @@ def test_one_task_raising_in_the_judge_is_that_tasks_error_and_the_run_goes_on(c
     assert len(by) == 6 and by[("G1", 0)]["reward"] == 1.0 and by[("G1", 1)]["reward"] == 1.0
     for sample in (0, 1):
         err = by[("G2", sample)]
-        assert err["task_error"] == {"stage": "evaluator", "type": "TimeoutError", "message": "judge endpoint timed out"}
+        assert err["task_error"] == {"stage": "evaluator", "type": "TimeoutError",
+                                     "message": "judge endpoint timed out"}
         assert err["reward"] == 0.0 and err["valid"] is False and err["termination"] == "task_error"
         assert any(m["role"] == "tool" for m in err["messages"])  # the conversation up to the judge is kept
     # the errors count as failures: G1 1, G2 0 (error), G3 0 -> 1/3, same as when G2 is judged and fails

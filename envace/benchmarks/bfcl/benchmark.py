@@ -182,7 +182,8 @@ def run_entry(handler: Any, entry: BFCLEntry, sample: int = 0, seed: int = 0) ->
     task_error: TaskError | None = out.get("task_error")
     prereq = load_bfcl().utils.is_memory_prereq(entry.id)
     try:
-        verdict = {"valid": None} if prereq else score_entry(handler, entry, result, handler.model_name_underline_replaced)
+        verdict = {"valid": None} if prereq else score_entry(handler, entry, result,
+                                                             handler.model_name_underline_replaced)
     except Exception as exc:  # model output must never crash a run; BFCL's runner would stop here
         verdict = {"valid": False, "error_type": CHECKER_EXCEPTION, "error": [f"{type(exc).__name__}: {exc}"]}
         task_error = task_error or TaskError.of(TaskStage.EVALUATOR, exc)
