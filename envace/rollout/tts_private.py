@@ -1,25 +1,15 @@
-"""Test-time rehearsal (TTS), the private phase: N imagined Act + Rehearse episodes, a self-assessment of
-each, and one bounded rehearsal memory m_x. Shared by the token level (tts.py, the tool world) and the
-chat level (tts_chat.py, benchmarks): the engine is a token `GenerationEngine` or a `ChatPolicyEngine`,
-and every episode runs through the one state machine (`run_rollout` in rehearse mode).
+"""Test-time rehearsal (TTS), the private phase: N imagined Act + Rehearse episodes through the one state
+machine (`run_rollout` in rehearse mode, token or chat engine), a self-assessment of each, and one bounded
+rehearsal memory m_x. Shared by tts.py (tool world) and tts_chat.py (benchmarks).
 
-What the private phase sees (no privilege): a *view* of the task built by `private_view` from the
-conversation said so far (system prompt, user messages up to the current one, and, on later turns, the
-committed run's own calls and real results) and the tool schemas; nothing else of the task (no reference
-calls or responses, no checklists, no later user turns, no initial state). Rehearse few-shot is off, so
-the Rehearse prompt has no reference (call, response) pairs either. The functions here take no
-environment and create none: `run_rollout` in rehearse mode never calls an env factory.
-
-- parallel: N independent episodes (one rollout with k = N; each its own derived seed);
-- sequential: N episodes one after another; episode i sees episodes 1..i-1 (their imagined transcripts
-  and their reviews) in its system prompt.
-Each episode is reviewed (tts_prompts.ASSESS_PROMPT: "Achieved: yes/no" + a fix); then the memory prompt
-(all episodes, their reviews, and the memory of earlier user turns when there is one) gives m_x, capped
-at `memory_max_tokens` generated tokens (the generation limit, so the cap is exact).
-
-Departures (the paper gives no more detail): the review and memory prompts are ours; episodes that end on
-a limit or a rehearsed error are still reviewed and summarised; a review or memory prompt that cannot fit
-the context even with cropped transcripts is skipped (empty text, recorded in `skipped`).
+No privilege: the phase sees only `private_view` of the task (the conversation said so far, on later turns
+with the committed run's own calls and real results, and the tool schemas; no reference calls, checklists,
+later user turns or initial state; Rehearse few-shot off) and is given no environment. `parallel` runs N
+independent episodes, `sequential` shows episode i the transcripts and reviews of episodes 1..i-1. Each
+episode is reviewed ("Achieved: yes/no" + a fix); the memory prompt turns them into m_x, capped at
+`memory_max_tokens` generated tokens. Departures (the paper gives no more detail): the prompts are ours;
+episodes ended by a limit or a rehearsed error are reviewed too; a review or memory prompt that cannot fit
+the context is skipped and recorded in `skipped`.
 """
 
 from __future__ import annotations
