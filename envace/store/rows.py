@@ -1,19 +1,12 @@
-"""Conversion of `envace.types.Trajectory` objects into rows of the store's tables, in storage form.
+"""`Trajectory` -> rows of the store's tables, in storage form (enum values, JSON text, child tuples in
+column order) so ingest.py hands them to the driver as they are; a `Bundle` (one trajectory with its turns,
+items and fidelity pairs) commits all-or-nothing. Built on the caller's thread: a snapshot.
 
-A `Bundle` is one trajectory with its turns, checklist items and fidelity pairs: the writer commits a
-bundle all-or-nothing. Conversion happens on the caller's thread, so the rows are a snapshot: the
-trainer may mutate or free its trajectories right after `put` returns. Rows are already what the
-database stores (enum values, JSON text, child rows as tuples in column order), so ingest.py hands them
-to the driver without SQLAlchemy's per-row type processing; conversion is the larger half of the
-writer's CPU time, hence the inlined fast paths for the common case (ASCII text, finite floats).
-
-Stored turns are the policy's generations (`Trajectory.turns`) with, before the first generation of each
-user turn, a USER row holding that user message (from the task), so the dashboard can show the whole
-conversation. A generation keeps its `Turn.id` (`turn_id`) and a Rehearse turn its link to the Act call it
-answers (`answers_turn`, `answers_call`), so what is read back pairs exactly as the rollout did; its
-fidelity pair is `turn_fidelity(turn)`, the verdict computed in memory. Model output is untrusted: NUL
-characters (PostgreSQL rejects them) and lone surrogates (not encodable as UTF-8) become U+FFFD,
-non-finite floats become NULL, and values that are not JSON become strings.
+A USER row (from the task) opens each user turn. A generation keeps its `Turn.id` and `Turn.answers` link
+(turn_id, answers_turn, answers_call), so it reads back paired as the rollout paired it; its fidelity
+pair is `turn_fidelity(turn)`, the in-memory verdict. Untrusted text: NUL and lone surrogates become
+U+FFFD, non-finite floats NULL, non-JSON values strings. Conversion is the larger half of the writer's
+CPU time, hence the inlined fast paths (ASCII text, finite floats).
 """
 
 from __future__ import annotations
