@@ -202,7 +202,8 @@ OpenAI-compatible endpoint:
   Per slot: <slot>.temperature (policy: 0.6), <slot>.top_p, <slot>.max_tokens.
 
 Benchmark data you supply: paths.vita=VITABENCH_CLONE, paths.finmcp=DATA.json,
-paths.finmcp_tools=MCP_SCHEMA (optional), paths.tau2=TAU2_CLONE (optional);
+paths.finmcp_tools=MCP_SCHEMA (optional), paths.tau2=TAU2_CLONE (optional),
+paths.tau2_tasks=TASKS.json (optional, one domain);
 or the --vita / --finmcp / --finmcp-tools / --tau2 options.
 Parts: bench.bfcl_categories=LIST, bench.tau2_domains=LIST,
 bench.vita_sets=LIST, bench.vita_language=en|zh, bench_limit=N (first N tasks of each category).
@@ -261,7 +262,10 @@ def evaluate(checkpoint: Optional[str] = typer.Argument(
         if value is not None:
             values[slot] = {"model_dir": value}
     cfg = load_config(EvalConfig, None, overrides, **values)
-    typer.echo(json.dumps(run_eval(cfg), indent=2, default=str))
+    results = run_eval(cfg)
+    typer.echo(json.dumps(results, indent=2, default=str))
+    for result in ((results.get("benchmarks") or {}).get("results") or {}).values():
+        typer.echo(result.error_summary(), err=True)  # how many tasks errored and why, one line per benchmark
 
 
 @app.command()

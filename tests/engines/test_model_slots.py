@@ -61,13 +61,15 @@ def test_describe_records_names_never_the_key(monkeypatch):
 
 def test_the_key_is_read_when_the_client_is_built_and_sent_as_bearer(monkeypatch):
     seen: list[str | None] = []
+    bodies: list[dict] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request.headers.get("authorization"))
+        bodies.append(json.loads(request.content))
         return httpx.Response(200, json={"choices": [{"message": {"role": "assistant", "content": "ok"},
                                                       "finish_reason": "stop"}]})
 
-    slot = ModelSlot.endpoint("http://api.example/v1", "m", "ENVACE_SLOT_TEST_KEY")
+    slot = ModelSlot.endpoint("http://api.example/v1", "m", "ENVACE_SLOT_TEST_KEY", top_p=0.8, max_tokens=64)
     monkeypatch.setenv("ENVACE_SLOT_TEST_KEY", "first-key")
     policy = slot.build_policy("policy", transport=httpx.MockTransport(handler))
     monkeypatch.setenv("ENVACE_SLOT_TEST_KEY", "second-key")  # a new client reads the variable again
@@ -75,6 +77,8 @@ def test_the_key_is_read_when_the_client_is_built_and_sent_as_bearer(monkeypatch
     assert policy.reply(MSGS, []).content == "ok" and judge.complete(MSGS) == "ok" and judge.chat(
         MSGS, json_schema=None, temperature=0.0) == "ok"
     assert seen == ["Bearer first-key", "Bearer second-key", "Bearer second-key"]
+    # every role sends the slot's sampling limits (the judge too: a verdict is capped like a local judge's)
+    assert [(b["model"], b["top_p"], b["max_tokens"]) for b in bodies] == [("m", 0.8, 64)] * 3
 
 
 def test_local_slots_share_one_model_and_reply_as_the_direct_policy(tiny_dir):

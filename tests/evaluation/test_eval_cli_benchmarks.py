@@ -153,3 +153,25 @@ def test_endpoint_policy_key_is_read_from_the_environment_and_never_written(tiny
     for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
         assert secret.encode() not in path.read_bytes(), f"the API key was written to {path}"
     assert secret not in proc.stdout and secret not in proc.stderr
+
+
+@pytest.mark.slow
+def test_tau2_task_file_through_the_cli_with_the_error_summary(tiny_dir, tmp_path):
+    """paths.tau2_tasks replaces one domain's tasks (here the project's three mock-domain tasks): each runs
+    once, and stderr carries the one-line task-error summary, which agrees with the records. (The random
+    model ends its episodes early, so τ² never reaches the evaluator that raises on the middle task;
+    tests/benchmarks/test_tau2_gold.py drives that case with the gold script.)"""
+    tasks = Path(__file__).resolve().parents[1] / "benchmarks" / "fixtures" / "tau2_mock_tasks.json"
+    ids = [t["id"] for t in json.loads(tasks.read_text())]
+    out = tmp_path / "out"
+    proc = envace("eval", str(tiny_dir), "--benchmarks", "tau2", f"paths.tau2_tasks={tasks}",
+                  "bench.tau2_domains=[mock]", "bench.tau2_max_steps=4", "-k", "1", "policy.max_tokens=8",
+                  "device=cpu", "threads=1", f"out_dir={out}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = _result(json.loads((out / "eval.json").read_text()), "tau2")
+    assert [r["id"] for r in res["records"]] == ids and set(res["categories"]) == {"mock"}
+    errored = [r for r in res["records"] if r["task_error"]]
+    line = (f"tau2: {len(errored)} of 3 task runs errored and score 0: " if errored
+            else "tau2: no task errored (3 task runs)")
+    assert line in proc.stderr
+    assert res["overall"] == pytest.approx(sum(float(r["reward"]) for r in res["records"]) / 3)
