@@ -6,9 +6,10 @@ verl's V1 adapter (`AgentLoopWorkerTQ._agent_loop_postprocess`) stores them in a
 local Ray; envace's trainer runs verl's own `_compute_old_log_prob` / `_compute_ref_log_prob`. The one
 stand-in is the FSDP worker group (it needs GPUs and torch.distributed): `_EngineWorkers` does on CPU
 what verl's worker does with the batch it is handed — reads the rows through verl's TransferQueue bridge
-(`_meta_to_realdata`, which also writes `extra_info` over them), runs verl's own
-`FSDPEngineWithLMHead.prepare_model_inputs` / `prepare_model_outputs` around the model's forward, and
-puts the log-probs back. The embedded trainer's values come from `packed_logprobs`.
+(`_meta_to_realdata`, which also writes `extra_info` over them), splits them into verl's dynamic
+micro-batches (`prepare_micro_batches`, rows regrouped by token count), runs verl's own
+`FSDPEngineWithLMHead.prepare_model_inputs` / `prepare_model_outputs` around the model's forward, restores
+the row order (`postprocess_batch_func`) and puts the log-probs back. The embedded trainer's values come from `packed_logprobs`.
 Only a GPU can check: verl's remove-padding (flash-attention varlen) branch, its micro-batching and the
 FSDP update; they consume the same per-row `temperature` tensor.
 """
@@ -136,6 +137,7 @@ class _EngineWorkers:
         self.engine.pad_to_length = False
         self.temperatures = []  # what each call's rows carried as `temperature`
         self.updates = []
+        self.micro_batches = []  # micro-batches per log-prob call
 
     def _rows(self, batch):
         from verl.utils import tensordict_utils as tu
@@ -150,11 +152,21 @@ class _EngineWorkers:
 
     def compute_log_prob(self, batch):
         import transfer_queue as tq
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.engine.utils import postprocess_batch_func, prepare_micro_batches
 
         data = self._rows(batch)
+        # verl's dynamic micro-batching: rows regrouped by token count (reordered), then restored
+        tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=32)
+        micro_batches, indices = prepare_micro_batches(data, dp_group=None, same_micro_num_in_dp=True)
+        self.micro_batches.append(len(micro_batches))
+        outs = []
         with torch.no_grad():
-            inputs, args = self.engine.prepare_model_inputs(data)
-            out = self.engine.prepare_model_outputs(self.model(**inputs, use_cache=False), args, data, None)
+            for mb in micro_batches:
+                inputs, args = self.engine.prepare_model_inputs(mb)
+                outs.append({"model_output": self.engine.prepare_model_outputs(
+                    self.model(**inputs, use_cache=False), args, mb, None)})
+        out = postprocess_batch_func(outs, indices, data)["model_output"]
         tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                         fields=TensorDict({"log_probs": out["log_probs"], "entropy": out["entropy"]},
                                           batch_size=len(batch)))
@@ -206,6 +218,7 @@ def test_old_and_ref_logprobs_at_each_rows_temperature(verl_api, verl_config_fac
     trainer._compute_ref_log_prob(batch, metrics)
 
     want_t = torch.tensor([r.temperature for r in rows])
+    assert min(workers.micro_batches) > 1  # several micro-batches, rows regrouped across them
     for seen in workers.temperatures + ref_workers.temperatures:
         assert isinstance(seen, torch.Tensor) and torch.equal(seen, want_t)  # per row, not verl's scalar
     expected = embedded_logprobs(model, rows, tok.pad_token_id)
