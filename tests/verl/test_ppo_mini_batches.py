@@ -4,6 +4,8 @@ whatever the number of role-call rows (verl's actor worker group is a recording 
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from envace.config import ConfigError
@@ -28,6 +30,8 @@ def _trainer(config):
     trainer.config = config
     trainer.use_critic = False
     trainer.actor_rollout_wg = _RecordingActorGroup()
+    # per-row temperatures read TransferQueue (test_role_temperatures.py); these tests are about mini-batches
+    trainer._row_temperatures = lambda batch: contextlib.nullcontext()
     return trainer
 
 
