@@ -1,36 +1,25 @@
 """The batched rollout state machine: K episodes per task, Act and observations in lock-step rounds.
 
-Each round, every live episode in ACT generates together in ONE `policy.generate` call; then every
-pending tool call of every episode in OBSERVE is answered together:
-- `rehearse` (EnvACE): the policy plays Rehearse, one generation per call, all in one batched call;
-- `env` (standard GRPO): each episode's own Environment executes its calls in order;
-- `simulator` (act-only baseline): a frozen engine plays Rehearse with the same prompt (not trainable).
-Then each episode's handler for its phase returns the next phase (see envace.rollout.state).
+Each round every live episode in ACT generates in ONE `policy.generate` call; then every pending tool call
+of every episode in OBSERVE is answered together: by the policy playing Rehearse (`rehearse`, EnvACE), by
+the episode's own Environment (`env`, standard GRPO) or by a frozen simulator engine (`simulator`). Each
+episode's handler for its phase returns the next phase (envace.rollout.state).
 
-Rules (EnvACE reference, with the departures noted):
-- An Act output without a call answers the current user turn: the next user turn is replayed from the
-  task if the turn gate allows, else the episode ends (FINAL_REPLY / REQUIRED_CHECK_FAILED).
-- A malformed Act output (any parse or schema error) becomes an error tool message; then the policy may
-  retry (`cfg.invalid_call="observe"`) or the episode ends INVALID_TOOL_CALL (`"end"`), in every mode
-  alike. Unset (None), the reference's rule applies: env mode observes, a simulated world ends.
-  `envace train` sets "observe" unless told otherwise, so the EnvACE and real-environment arms of a
-  comparison treat malformed calls the same way.
-- A rehearsed error (unparseable output or an `error_tool_call` result) ends the episode (REHEARSE_ERROR).
-- Limits are checked before generating: Act generations (MAX_TURNS), prompt + max_new_tokens
-  (CONTEXT_LIMIT; the reference left-truncates instead, we stop so no row ever sees a cut prompt), and
-  tool calls per user turn (MAX_CALLS; the Act output that would pass the limit is recorded, its calls
-  are not answered).
-- The reference rehearses the k calls of one Act output one at a time (a per-call cursor), each seeing
-  the same history; since none sees the others' results, rehearsing them in one batch is equivalent.
-- In rehearse / simulator mode no real environment is created: `env_factory` is never called. An optional
-  `shadow_env_factory` executes the same calls in a real environment only to record
-  `Turn.real_observation` (rehearsal fidelity at evaluation); the policy never sees it.
-- `prefixes` starts each episode from a conversation so far (ending with a user message) instead of the
-  task's first user message; `on_user_turn` is called with the episodes that have just received a new
-  (replayed) user message, before they act on it. Test-time rehearsal uses both (envace.rollout.tts).
-- Chat-level engines (`engine.chat` true: a BenchPolicy behind envace.rollout.chat_engine) get the
-  conversation in `GenRequest.messages` instead of token ids; the same handlers and limits apply, the
-  context limit counted by the engine's `count_tokens`.
+Rules (EnvACE reference, departures noted):
+- an Act output without a call answers the user turn: the next one is replayed if the turn gate allows,
+  else the episode ends (FINAL_REPLY / REQUIRED_CHECK_FAILED);
+- a malformed Act output becomes an error tool message, then the policy retries (`invalid_call="observe"`)
+  or the episode ends INVALID_TOOL_CALL (`"end"`), in every mode alike (None: the reference's rule, env
+  mode observes, a simulated world ends; `envace train` sets "observe" so all arms compare fairly);
+- a rehearsed error (unparseable output or an `error_tool_call` result) ends the episode (REHEARSE_ERROR);
+- limits are checked before generating: MAX_TURNS, CONTEXT_LIMIT (the reference left-truncates; we stop,
+  so no row sees a cut prompt) and MAX_CALLS per user turn (the Act output past it is kept, unanswered);
+- the k calls of one Act output are rehearsed in one batch (the reference does them one at a time, each
+  seeing the same history, so this is equivalent);
+- in rehearse / simulator mode no real environment is created; an optional `shadow_env_factory` records
+  `Turn.real_observation` for fidelity only, never shown to the policy.
+`prefixes` and `on_user_turn` let test-time rehearsal start from a conversation so far and react to each
+replayed user message; chat-level engines get `GenRequest.messages` under the same handlers and limits.
 The rollout never raises on model output.
 """
 
