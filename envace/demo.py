@@ -8,6 +8,7 @@
 6. evaluation of SFT, EnvACE and GRPO with the real environment on held-out tasks (greedy and T=1),
    with rehearsal fidelity;
 7. a small test-time-rehearsal sweep (N x parallel/sequential);
+steps 1-5 run envace.pipeline's step functions (the ones the Prefect flow and the DVC stages run);
 everything tracked in MLflow (one parent run, a child per stage) and the trajectory store, then it
 prints how to open the MLflow UI and the dashboard. `--quick` is a one-minute smoke version.
 """
@@ -93,39 +94,35 @@ def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str, store: str | N
 
 
 def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = None) -> dict[str, Any]:
-    from envace.data.export import export_world
-    from envace.models.corpus import world_corpus
-    from envace.models.tiny import TinyModelConfig, init_tiny_model
+    from envace.data.config import DataConfig
+    from envace.models.tiny import TinyModelConfig
+    from envace.pipeline import Layout, build_data, build_model, run_rl, run_sft
+    from envace.tracking.config import TrackingConfig
     from envace.tracking.dvc_hash import input_hashes
     from envace.tracking.mlflow_run import start_run
     from envace.trainers.config import SFTConfig, TrainConfig
-    from envace.tracking.config import TrackingConfig
-    from envace.data.config import DataConfig
-    from envace.trainers.embedded import train
-    from envace.trainers.sft import sft
 
     cfg = cfg or (quick_config(str(out_dir)) if quick else DemoConfig(out=str(out_dir)))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    layout = Layout.under(out)  # data, model and SFT model where the pipeline flow puts them
     mlflow_uri = f"sqlite:///{(out / 'mlflow.db').resolve()}"
     store = str((out / "store.db").resolve())
     t_start = time.perf_counter()
     summary: dict[str, Any] = {}
     with start_run(mlflow_uri, "envace-demo", "demo", cfg) as parent:
         _say("1/7 tool world: exporting splits")
-        data = export_world(out / "data", {"train": 200 if quick else 2000, "val": 50, "test": cfg.eval_tasks}, cfg.seed)
-        hashes = input_hashes([out / "data"])
+        build_data(layout.data, {"train": 200 if quick else 2000, "val": 50, "test": cfg.eval_tasks}, cfg.seed)
+        hashes = input_hashes([layout.data])
         parent.set_tags({f"data.{k}": v for k, v in hashes.items()})
         _say("2/7 tiny model: tokenizer + Qwen3-architecture model")
-        model_dir = init_tiny_model(world_corpus(cfg.corpus_tasks, seed=cfg.seed), out / "models" / "tiny",
-                                    TinyModelConfig(seed=cfg.seed))
+        model_dir = build_model(layout.model, cfg.corpus_tasks, TinyModelConfig(seed=cfg.seed))
         _say(f"3/7 SFT cold start ({cfg.sft_steps or cfg.sft_budget_s} {'steps' if cfg.sft_steps else 's'})")
-        t0 = time.perf_counter()
-        sft_sum = sft(SFTConfig(model=str(model_dir), out_dir=str(out / "sft"), steps=cfg.sft_steps,
-                                time_budget_s=cfg.sft_budget_s, seed=cfg.seed,
-                                data=DataConfig(n_tasks=cfg.sft_tasks, seed=cfg.seed)))
-        summary["sft"] = {**sft_sum, "wall_s": time.perf_counter() - t0}
-        sft_model = out / "sft" / "model"
+        # the demo's SFT and RL read generated tasks (DataConfig seeds), not the exported files
+        summary["sft"] = run_sft(SFTConfig(model=str(model_dir), out_dir=str(layout.sft), steps=cfg.sft_steps,
+                                           time_budget_s=cfg.sft_budget_s, seed=cfg.seed,
+                                           data=DataConfig(n_tasks=cfg.sft_tasks, seed=cfg.seed)))
+        sft_model = layout.sft_model
         summary["eval_sft"] = _eval(sft_model, cfg, out, "sft", store)
         methods = {"envace": {"rollout": {"mode": "rehearse"}}}
         if cfg.baseline:
@@ -138,11 +135,9 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
                 "optim": {"lr": cfg.lr}, "data": {"n_tasks": 2000, "seed": cfg.seed + 1},
                 "tracking": TrackingConfig(mlflow_uri=mlflow_uri, store_url=store, experiment="envace-demo",
                                            parent_run_id=parent.run_id).model_dump(), **over})
-            t0 = time.perf_counter()
-            res = train(tcfg)
-            summary[name] = {"wall_s": time.perf_counter() - t0, "steps": res.last_step,
-                             "final_reward": res.history[-1]["reward/mean"] if res.history else None}
-            summary[f"eval_{name}"] = _eval(res.checkpoint / "policy", cfg, out, name, store)
+            res = run_rl(tcfg)
+            summary[name] = {"wall_s": res["wall_s"], "steps": res["last_step"], "final_reward": res["reward/mean"]}
+            summary[f"eval_{name}"] = _eval(Path(res["checkpoint"]) / "policy", cfg, out, name, store)
             summary[f"delta_{name}"] = _paired_delta(name)
         _say("6/7 test-time rehearsal sweep")
         summary["tts"] = _tts_sweep(out / "envace" / "checkpoints", cfg)

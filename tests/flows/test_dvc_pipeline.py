@@ -37,13 +37,16 @@ def test_stage_graph_commands_and_remote(tmp_path):
         edges = {(a.name, b.name) for a, b in repo.index.graph.edges}  # (stage, stage it depends on)
     assert edges == {("sft", "data"), ("sft", "model"), ("rl", "sft"), ("rl", "data"),
                      ("evaluate", "rl"), ("evaluate", "data")}
-    assert f"--n-train {params['data']['n_train']}" in stages["data"].cmd
-    assert f"steps={params['rl']['steps']}" in stages["rl"].cmd and "runs/rl/final" in stages["rl"].cmd
-    assert stages["evaluate"].cmd.startswith("envace eval runs/rl/final")
+    # every stage runs its envace.pipeline step (the flow's and the demo's step functions) from params.yaml
+    assert {n: s.cmd for n, s in stages.items()} == {n: f"python -m envace.pipeline {n}" for n in stages}
+    assert {n: [str(p.def_path) for p in s.deps if p.def_path.endswith("params.yaml")] for n, s in stages.items()} \
+        == {n: ["params.yaml"] for n in stages}
+    assert params["rl"]["config"] in [str(d.def_path) for d in stages["rl"].deps]
+    assert [str(o.def_path) for o in stages["rl"].outs] == ["runs/rl/final"]
     assert [str(o.def_path) for o in stages["evaluate"].metrics] == ["runs/eval/eval.json"]
 
     dag = _dvc(["dag"], tmp_path)
     assert dag.returncode == 0, dag.stderr
     dry = _dvc(["repro", "--dry", "data", "model"], tmp_path)
     assert dry.returncode == 0, dry.stderr
-    assert "envace data build --out data/world" in dry.stdout and "envace model init --out models/tiny" in dry.stdout
+    assert "python -m envace.pipeline data" in dry.stdout and "python -m envace.pipeline model" in dry.stdout
