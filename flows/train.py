@@ -1,4 +1,4 @@
-"""Training: the SFT cold-start task (the pipeline flow runs it) and the RL flow on the embedded backend
+"""Training: the RL flow on the embedded backend
 (`envace.trainers.embedded.train`, which logs its own MLflow run and resumes from its latest checkpoint) or on verl
 (`envace.trainers.verl.launcher.launch_verl`, against the Ray cluster at RAY_ADDRESS; `dry_run` only
 builds and returns the command). A run whose config names an endpoint (LLM judge, simulator, remote
@@ -14,14 +14,7 @@ from prefect.tasks import exponential_backoff
 
 from envace.config import BaseConfig, load_config
 from envace.sweeps.cells import calls_endpoint
-from envace.trainers.config import SFTConfig, TrainConfig
-
-
-@task(name="sft")
-def sft_task(cfg: SFTConfig) -> dict[str, Any]:
-    from envace.trainers.sft import sft
-
-    return sft(cfg)
+from envace.trainers.config import TrainConfig
 
 
 @task(name="train-embedded")
