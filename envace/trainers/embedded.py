@@ -35,6 +35,7 @@ from envace.trainers.checkpoint import latest_checkpoint, load_optimizer_states,
 from envace.trainers.config import TrainConfig
 from envace.trainers.dynamic_sampling import SampledBatch, informative_groups, sample_with_refill
 from envace.trainers.metrics import step_metrics
+from envace.trainers.prompt_style import warn_on_style_mismatch
 from envace.trainers.rewarding import RewardScorer
 from envace.trainers.train_rows import TrainRow, assign_advantages, build_rows
 from envace.trainers.schedule import lr_at, set_lr
@@ -162,6 +163,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     device = torch.device(cfg.device) if cfg.device else pick_device()
     resume = latest_checkpoint(ckpt_root)
     dirs = _initial_dirs(cfg) if resume is None else {n: resume.model_dir(n) for n in _initial_dirs(cfg)}
+    if resume is None and cfg.rollout.mode == "rehearse":
+        warn_on_style_mismatch(cfg.model, cfg.rollout.rehearse_style)
     pool = load_tasks(cfg.data)  # before the model: a bad data file fails in a second, not after a load
     # the LLM judge (reward=checklist_llm) is built once per run, before the policy: a missing judge dir or
     # API-key variable fails at once
