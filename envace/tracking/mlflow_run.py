@@ -14,11 +14,7 @@ The default tracking URI is a local SQLite file (`sqlite:///<dir>/mlflow.db`) wi
 SQL database in a process creates MLflow's schema under a file lock (`tracking_client`), so runs started
 together on a new directory do not race each other's migrations.
 
-Checkpoints (`MlflowRun.log_checkpoint`, called by the trainer at every save): uploaded as artifacts up to
-`CHECKPOINT_ARTIFACT_MAX_MB` (TrackingConfig.checkpoint_artifact_max_mb), linked by path above it; each is
-listed in the run's `envace.ckpt.<step dir>` tag (`logged_checkpoints`) with its content hash, and the final
-one is registered as a model version. An evaluation tags its run with the checkpoint it scored
-(`envace.tracking.checkpoint_ref`).
+Checkpoints in a run and the model registry: `envace.tracking.mlflow_checkpoints`.
 
 Resume: `resume_run_id=` reopens the same MLflow run. Params equal to the logged ones are skipped
 (MLflow forbids changing a param; changed values are recorded in the `envace.resume_changed_params` tag),
@@ -61,8 +57,6 @@ from envace.tracking.gitinfo import git_info  # noqa: E402
 DEFAULT_DIR = "mlruns"
 # Checkpoints up to this size (MiB, the whole step directory) are uploaded as run artifacts; larger ones
 # are linked (a tag and, for the final one, a registered version whose source is the directory).
-CHECKPOINT_ARTIFACT_MAX_MB = 512.0
-CHECKPOINT_TAG = "envace.ckpt."  # + the checkpoint directory's name: JSON {step, bytes, uploaded, source, path, hash}
 PARENT_TAG = "mlflow.parentRunId"
 TRUNCATED = "...[truncated]"
 _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. :/]")
@@ -263,48 +257,6 @@ class MlflowRun:
         """A matplotlib figure (.png/.svg/...) or a plotly figure (.html)."""
         self.client.log_figure(self.run_id, figure, artifact_file)
 
-    def log_checkpoint(self, directory: str | Path, artifact_path: str | None = None,
-                       register_as: str | None = None, *, max_artifact_mb: float = CHECKPOINT_ARTIFACT_MAX_MB,
-                       content_hash: str | None = None, step: int | None = None) -> str | None:
-        """Record a checkpoint directory in this run; with `register_as`, also create a model version of it
-        in the registry (returns its version number).
-
-        Up to `max_artifact_mb` (the directory's total size) the files are uploaded as artifacts under
-        `artifact_path` (default `checkpoints/<dir name>`), and that upload is the version's source. Larger
-        checkpoints are not copied (the artifact store would hold every save of a multi-GB model): the
-        run records a link to the directory instead, and the version's source is that directory's path
-        (it stays valid while the directory is kept: the trainer prunes all but `keep_checkpoints`).
-        Either way the run gets the tag `envace.ckpt.<dir name>` = JSON {step, bytes, uploaded, source,
-        path, hash}, which `logged_checkpoints` reads back."""
-        d = Path(directory)
-        if not d.is_dir():
-            raise NotADirectoryError(f"checkpoint {d} is not a directory")
-        size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
-        path = artifact_path or f"checkpoints/{d.name}"
-        uploaded = size <= max_artifact_mb * 2**20
-        if uploaded:
-            self.client.log_artifacts(self.run_id, str(d), path)
-            source = f"{self.artifact_uri}/{path}"
-        else:
-            source = str(d.resolve())
-        record = {"step": step, "bytes": size, "uploaded": uploaded, "source": source, "path": str(d.resolve()),
-                  "hash": content_hash}
-        self.set_tags({f"{CHECKPOINT_TAG}{d.name}": json.dumps(record, sort_keys=True)})
-        if register_as is None:
-            return None
-        try:
-            self.client.create_registered_model(register_as)
-        except MlflowException as exc:
-            if "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
-                raise
-        tags = {"envace.checkpoint.path": str(d.resolve()), "envace.checkpoint.uploaded": str(uploaded).lower()}
-        if content_hash:
-            tags["envace.checkpoint.hash"] = content_hash
-        if step is not None:
-            tags["envace.checkpoint.step"] = str(step)
-        mv = self.client.create_model_version(register_as, source=source, run_id=self.run_id, tags=tags)
-        return str(mv.version)
-
     def artifact_paths(self, path: str | None = None) -> list[str]:
         """Every artifact file of the run (recursive), as paths relative to the artifact root."""
         out: list[str] = []
@@ -379,17 +331,6 @@ def start_run(tracking_uri: str | Path | None, experiment: str, run_name: str,
             client.set_terminated(handle.run_id, outcome.value)
             raise
         client.set_terminated(handle.run_id, (handle.outcome or RunOutcome.FINISHED).value)
-
-
-def logged_checkpoints(client: MlflowClient, run_id: str) -> dict[str, dict[str, Any]]:
-    """{checkpoint directory name: its record} of every checkpoint `log_checkpoint` recorded in a run."""
-    tags = client.get_run(run_id).data.tags
-    return {k[len(CHECKPOINT_TAG):]: json.loads(v) for k, v in sorted(tags.items()) if k.startswith(CHECKPOINT_TAG)}
-
-
-def registered_model_name(name: str) -> str:
-    """A registered-model name from a run name: letters, digits, '-', '_' and '.' only."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", name).strip("-.") or "envace-model"
 
 
 def child_runs(tracking_uri: str | Path | None, parent_run_id: str) -> list[str]:

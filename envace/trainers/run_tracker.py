@@ -176,18 +176,18 @@ class RunTracker:
 
     def log_checkpoint(self, path: Path, *, final: bool = False) -> None:
         """Record a saved checkpoint in the MLflow run (uploaded up to tracking.checkpoint_artifact_max_mb,
-        else linked by path: `MlflowRun.log_checkpoint`), with its content hash (the one an evaluation of it
+        else linked by path: `envace.tracking.mlflow_checkpoints`), with its content hash (the one an evaluation of it
         records); the `final` one is also registered as a model version (tracking.registered_model)."""
         if not self.enabled:
             return
         from envace.tracking.checkpoint_ref import checkpoint_ref
-        from envace.tracking.mlflow_run import registered_model_name
+        from envace.tracking.mlflow_checkpoints import log_checkpoint, registered_model_name
 
         ref = checkpoint_ref(path)
         t = self.cfg.tracking
         name = (t.registered_model or registered_model_name(f"envace-{Path(self.cfg.out_dir).name}")) if final else None
-        self.mlflow.log_checkpoint(path, register_as=name, max_artifact_mb=t.checkpoint_artifact_max_mb,
-                                   content_hash=ref.content_hash, step=ref.step)
+        log_checkpoint(self.mlflow, path, register_as=name, max_artifact_mb=t.checkpoint_artifact_max_mb,
+                       content_hash=ref.content_hash, step=ref.step)
 
     def close(self, outcome: RunOutcome | None = None) -> None:
         """Send what is buffered, close the store writer and end both runs. Without `outcome`, it is read

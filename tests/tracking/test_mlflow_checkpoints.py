@@ -15,7 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from envace.tracking.checkpoint_ref import checkpoint_ref
 from envace.tracking.dvc_hash import content_hash
-from envace.tracking.mlflow_run import logged_checkpoints, registered_model_name, start_run
+from envace.tracking.mlflow_checkpoints import log_checkpoint, logged_checkpoints, registered_model_name
+from envace.tracking.mlflow_run import start_run
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +42,8 @@ def test_a_checkpoint_over_the_threshold_is_linked_not_copied(tmp_path):
         (d / "policy").mkdir(parents=True)
         (d / "policy" / "model.safetensors").write_bytes(b"\1" * n)
     with start_run(tmp_path / "ml", "exp", "train") as run:
-        assert run.log_checkpoint(small, step=1, content_hash="h1", max_artifact_mb=1) is None
-        version = run.log_checkpoint(big, step=2, content_hash="h2", max_artifact_mb=1, register_as="m")
+        assert log_checkpoint(run, small, step=1, content_hash="h1", max_artifact_mb=1) is None
+        version = log_checkpoint(run, big, step=2, content_hash="h2", max_artifact_mb=1, register_as="m")
         assert run.artifact_paths() == ["checkpoints/step_000001/policy/model.safetensors"]  # not the big one
         client, run_id = run.client, run.run_id
     logged = logged_checkpoints(client, run_id)

@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 from pydantic import Field
 
 from envace.config import BaseConfig
+from envace.tracking.mlflow_checkpoints import log_checkpoint
 from envace.tracking.mlflow_run import (
     TRUNCATED,
     child_runs,
@@ -55,7 +56,7 @@ def test_run_with_params_role_metrics_tags_and_artifacts(mlflow_dir, tmp_path):
         run.log_artifact_dict({"a": [1, 2]}, "samples/step_0.json")
         run.log_table(pd.DataFrame({"tool": ["x", "y"], "exact": [1.0, 0.5]}), "eval/fidelity.json")
         run.log_figure(go.Figure(go.Scatter(x=[0, 1], y=[0.25, 0.5])), "plots/reward.html")
-        version = run.log_checkpoint(ckpt, register_as="envace-policy")
+        version = log_checkpoint(run, ckpt, register_as="envace-policy")
         run_id = run.run_id
         assert run.artifact_paths() == ["checkpoints/step_3/model.safetensors", "config.yaml",
                                         "eval/fidelity.json", "plots/reward.html", "samples/step_0.json"]

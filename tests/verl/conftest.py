@@ -166,3 +166,17 @@ def run_session(verl_api):
         return asyncio.run(go())
 
     return run
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    """A local Ray and verl's TransferQueue (SimpleStorage), per test module."""
+    import ray
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()
+    ray.shutdown()

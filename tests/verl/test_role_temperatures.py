@@ -88,19 +88,6 @@ def embedded_logprobs(model, rows, pad_id) -> list[torch.Tensor]:
     return [by_row[i] for i in range(len(rows))]
 
 
-@pytest.fixture(scope="module")
-def transfer_queue():
-    import ray
-    import transfer_queue as tq
-    from omegaconf import OmegaConf
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
-    yield tq
-    tq.close()
-    ray.shutdown()
-
-
 def store_rows(rows, tokenizer, uid: str, *, record_temperature: bool = True):
     """The rows as the envace agent loop returns them, stored by verl's own V1 adapter; their KVBatchMeta."""
     import transfer_queue as tq

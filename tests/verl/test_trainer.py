@@ -30,19 +30,6 @@ def bare_trainer(config):
     return trainer
 
 
-@pytest.fixture(scope="module")
-def transfer_queue():
-    import ray
-    import transfer_queue as tq
-    from omegaconf import OmegaConf
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
-    yield tq
-    tq.close()
-    ray.shutdown()
-
-
 @pytest.mark.slow
 def test_compute_advantage_through_transfer_queue(run_session, verl_config_factory, rl_dataset, world_tasks,
                                                   tokenizer, scripted_server, transfer_queue):
