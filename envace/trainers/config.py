@@ -32,7 +32,7 @@ class AlgoConfig(BaseConfig):
     ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (verl ppo_epochs, TRL num_iterations; paper: 1).")
     ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch: the batch is shuffled and split into this many mini-batches (paper: 1).")
     pack: Literal["tree", "chain", "off"] = Field("tree", description="Share prompt prefixes in the update (same loss, fewer tokens): a task's rows as one prefix tree, a trajectory's extending calls as one sequence, or off.")
-    grad_noise_scale: bool = Field(True, description="Log the gradient noise scale tr(Sigma)/|G|^2 from micro-batch gradients (one gradient copy per micro-batch).")
+    grad_noise_scale: bool = Field(True, description="Log the gradient noise scale tr(Sigma)/|G|^2, in prompts, from a random split-half of each step's prompts (one gradient copy per micro-batch).")
 
     @model_validator(mode="after")
     def _check_names(self) -> "AlgoConfig":

@@ -1,44 +1,42 @@
 """The gradient noise scale B_simple = tr(Sigma) / |G|^2 (McCandlish et al. 2018, "An Empirical Model of
-Large-Batch Training", appendix A.1), estimated from the micro-batch gradients of one optimizer step.
+Large-Batch Training"), estimated from one optimizer step by a split-half of its prompts.
 
-A gradient estimated from b samples has E|g_b|^2 = |G|^2 + tr(Sigma)/b. The paper's unbiased pair, from a
-small batch b and a big batch B:
-    |G|^2     ~ (B |g_B|^2 - b |g_b|^2) / (B - b)
-    tr(Sigma) ~ (|g_b|^2 - |g_B|^2) / (1/b - 1/B)
-Here the small batches are the micro-batches (sizes b_i, gradient norms |g_i|^2) and the big batch is their
-union (size B, the step's gradient). Departure: micro-batches differ in size, so the small-batch term uses
-the mean of |g_i|^2 and the mean of 1/b_i (E mean_i |g_i|^2 = |G|^2 + tr(Sigma) mean_i(1/b_i)), which reduces
-to the paper's pair when all b_i are equal. Estimates from several optimizer steps are combined as the
-paper advises: average |G|^2 and tr(Sigma) separately, then divide. The unit of b is the training row
-(one role call); rows of one trajectory are correlated, so B_simple counts effective rows, and with
-token-mean the step's gradient weighs micro-batches by loss tokens rather than rows (a second-order
-difference when micro-batches have similar tokens per row). A single estimate is noisy and can be
-negative; that is reported as is, not clipped.
+The step's prompts (GRPO groups: a prompt's K trajectories and all their rows) are split at random into
+two halves A and B of n_A and n_B prompts, and each half's gradient g_A, g_B is taken on its own (the
+update runs half A's micro-batches, then half B's, so this costs one gradient copy per micro-batch and
+no extra forward). Prompts are drawn independently, so g_A and g_B are independent estimates of G and
+    |G|^2     ~ g_A . g_B                                  (E = |G|^2)
+    tr(Sigma) ~ |g_A - g_B|^2 / (1/n_A + 1/n_B)             (E = tr Sigma, per prompt)
+Departure from the paper's small-batch / big-batch pair (appendix A.1): that pair needs the small batches
+to be random samples of the big one; envace's micro-batches are one role each and sorted by length, so
+their means differ systematically and the pair came out negative at every step while the policy
+measurably learned. The split-half pair needs only that prompts are independent. The unit of B_simple is
+the prompt (a group of K trajectories), so it compares directly with `prompts_per_step`. With token-mean
+aggregation a half's gradient is its token-weighted share rescaled (a ratio estimator: unbiased to first
+order). One step's estimate is noisy and can be negative; estimates of several steps are combined as the
+paper advises (average |G|^2 and tr Sigma separately, then divide), never clipped.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 
 @dataclass
 class NoiseEstimate:
     g2: float      # |G|^2 estimate
-    trace: float   # tr(Sigma) estimate
+    trace: float   # tr(Sigma) estimate, per prompt
 
 
-def estimate(small_sq_norms: list[float], small_sizes: list[float], big_sq_norm: float,
-             big_size: float) -> NoiseEstimate | None:
-    """One step's (|G|^2, tr Sigma) from micro-batch squared norms and sizes; None with < 2 micro-batches."""
-    if len(small_sq_norms) < 2 or len(small_sq_norms) != len(small_sizes):
+def split_half(g_a: torch.Tensor, g_b: torch.Tensor, n_a: int, n_b: int) -> NoiseEstimate | None:
+    """(|G|^2, tr Sigma) from the mean gradients of two independent halves of n_a and n_b prompts; None
+    when a half is empty."""
+    if n_a < 1 or n_b < 1:
         return None
-    inv_small = sum(1.0 / b for b in small_sizes) / len(small_sizes)
-    inv_big = 1.0 / big_size
-    if inv_small - inv_big <= 0:
-        return None
-    mean_small = sum(small_sq_norms) / len(small_sq_norms)
-    trace = (mean_small - big_sq_norm) / (inv_small - inv_big)
-    return NoiseEstimate(g2=big_sq_norm - trace * inv_big, trace=trace)
+    a, b = g_a.double(), g_b.double()
+    return NoiseEstimate(g2=float(a @ b), trace=float((a - b).square().sum()) / (1.0 / n_a + 1.0 / n_b))
 
 
 @dataclass

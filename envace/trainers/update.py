@@ -15,7 +15,8 @@ mini-batch, not per micro-batch: each micro-batch's mean is rescaled by its shar
 tokens (rows for the seq-mean modes), so the result depends neither on the micro-batch size nor on the
 packing. Per-role metrics are the loss function's own (approx KL, ratio mean, clip and dual-clip
 fractions), token-weighted over all optimizer steps, plus entropy, reference KL, and the gradient noise
-scale (`envace.trainers.noise_scale`, first epoch: the on-policy gradient).
+scale (`envace.trainers.noise_scale`, first epoch: the on-policy gradient; the step then runs a random half
+of its prompts' micro-batches before the other half).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 
 from envace.algos import aggregate, kl_penalty, POLICY_LOSSES
 from envace.trainers.config import AlgoConfig
-from envace.trainers.noise_scale import NoiseAccumulator, estimate
+from envace.trainers.noise_scale import NoiseAccumulator, split_half
 from envace.trainers.packing import Pack, PackMode, micro_batches, pack_rows, packed_logprobs, tree_mask_kind
 from envace.trainers.train_rows import TrainRow
 from envace.types import Role
@@ -90,7 +91,7 @@ def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
 
 class _Updater:
     def __init__(self, model, optimizer, rows, algo: AlgoConfig, pad_id, micro_batch, max_tokens, grad_clip, ref,
-                 full_logits):
+                 full_logits, seed: int = 0):
         self.model, self.optimizer, self.rows, self.algo = model, optimizer, rows, algo
         self.pad_id, self.micro_batch, self.max_tokens, self.grad_clip, self.ref = (pad_id, micro_batch, max_tokens,
                                                                                     grad_clip, ref)
@@ -102,22 +103,35 @@ class _Updater:
         self.noise = NoiseAccumulator()
         self.role_noise: dict[str, NoiseAccumulator] = defaultdict(NoiseAccumulator)
         self.forward_tokens = 0
+        self.half_rng = random.Random(f"{seed}|noise-halves")  # its own stream: mini-batch order is unchanged
+
+    def _halves(self, packs: list[Pack]) -> list[list[Pack]] | None:
+        """The packs split by a random half of their prompts (noise-scale tracking), or None with < 2 prompts."""
+        prompts = sorted({self.rows[p.segments[0].row].prompt_index for p in packs})
+        if len(prompts) < 2:
+            return None
+        self.half_rng.shuffle(prompts)
+        first = set(prompts[: len(prompts) // 2])
+        return [[p for p in packs if (self.rows[p.segments[0].row].prompt_index in first) == (h == 0)]
+                for h in (0, 1)]
 
     def step(self, packs: list[Pack], epoch: int, index: int) -> StepStats:
         algo = self.algo
         self.optimizer.zero_grad(set_to_none=True)
-        mbs = micro_batches(packs, self.micro_batch, self.max_tokens)
+        halves = self._halves(packs) if algo.grad_noise_scale and epoch == 0 else None
+        track = halves is not None
+        # tracking: half A's micro-batches, then half B's (the same loss: token shares are global)
+        mbs = ([(h, mb) for h, half in enumerate(halves) for mb in micro_batches(half, self.micro_batch, self.max_tokens)]
+               if track else [(0, mb) for mb in micro_batches(packs, self.micro_batch, self.max_tokens)])
         n_rows = sum(len(p.segments) for p in packs)
         n_tok = sum(p.loss_tokens for p in packs)
-        track = algo.grad_noise_scale and epoch == 0 and len(mbs) >= 2
         prev = None
-        small: list[tuple[float, int, str]] = []
-        role_grad: dict[str, torch.Tensor] = {}
-        role_share: dict[str, float] = defaultdict(float)
-        role_rows: dict[str, int] = defaultdict(int)
+        half_grad: dict[tuple[str, int], torch.Tensor] = {}  # (role or "all", half) -> summed share-weighted grad
+        half_share: dict[tuple[str, int], float] = defaultdict(float)
+        half_prompts: dict[tuple[str, int], set[int]] = defaultdict(set)
         total_loss = 0.0
         step_sums: dict[str, float] = defaultdict(float)
-        for mb in mbs:
+        for half, mb in mbs:
             if epoch == 0:
                 self.forward_tokens += len(mb) * max(len(p.ids) for p in mb)
             out = packed_logprobs(self.model, mb, self.rows, self.pad_id, with_entropy=True,
@@ -156,18 +170,17 @@ class _Updater:
                 flat = _flat_grad(self.params)
                 delta = flat if prev is None else flat - prev
                 prev = flat
-                small.append((float(delta.double().square().sum()) / share ** 2, len(rows), role))
-                role_grad[role] = delta if role not in role_grad else role_grad[role] + delta
-                role_share[role] += share
-                role_rows[role] += len(rows)
+                for key in ((role, half), ("all", half)):
+                    half_grad[key] = delta if key not in half_grad else half_grad[key] + delta
+                    half_share[key] += share
+                    half_prompts[key].update(r.prompt_index for r in rows)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip))
         if track:
-            self.noise.add(estimate([g for g, _, _ in small], [b for _, b, _ in small],
-                                    float(prev.double().square().sum()), n_rows))
-            for role, g in role_grad.items():
-                big = float((g.double() / role_share[role]).square().sum())
-                self.role_noise[role].add(estimate([x for x, _, r in small if r == role],
-                                                   [b for _, b, r in small if r == role], big, role_rows[role]))
+            for role in {k[0] for k in half_grad}:
+                if (role, 0) in half_grad and (role, 1) in half_grad:
+                    est = split_half(half_grad[role, 0] / half_share[role, 0], half_grad[role, 1] / half_share[role, 1],
+                                     len(half_prompts[role, 0]), len(half_prompts[role, 1]))
+                    (self.noise if role == "all" else self.role_noise[role]).add(est)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return StepStats(epoch=epoch, mini_batch=index, loss=total_loss, grad_norm=grad_norm, rows=n_rows,
@@ -215,7 +228,7 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
     ref = None
     if algo.use_kl and ref_model is not None:
         ref = _reference_logprobs(ref_model, packs, rows, pad_id, micro_batch, max_tokens, full_logits)
-    upd = _Updater(model, optimizer, rows, algo, pad_id, micro_batch, max_tokens, grad_clip, ref, full_logits)
+    upd = _Updater(model, optimizer, rows, algo, pad_id, micro_batch, max_tokens, grad_clip, ref, full_logits, seed)
     rng = random.Random(seed)
     steps: list[StepStats] = []
     for epoch in range(algo.ppo_epochs):

@@ -13,7 +13,7 @@ from envace.algos import role_grpo_advantages
 from envace.config import ConfigError
 from envace.models.loading import load_policy
 from envace.trainers.config import AlgoConfig
-from envace.trainers.noise_scale import NoiseAccumulator, estimate
+from envace.trainers.noise_scale import NoiseAccumulator, split_half
 from envace.trainers.update import policy_update, split_mini_batches
 from envace.trainers.packing import pack_rows
 
@@ -74,7 +74,7 @@ def test_one_epoch_one_mini_batch_is_one_on_policy_step(tiny_model_dir, role_row
     for role, vals in res.role_metrics.items():
         assert vals["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and vals["clip_frac"] == 0.0
         assert vals["entropy"] > 0 and vals["tokens"] == sum(len(r.response_ids) for r in rows if r.role.value == role)
-        assert "grad_noise_scale" in vals  # >= 2 micro-batches per role
+        assert "grad_noise_scale" in vals  # both halves of the prompts hold rows of each role
     assert "grad_noise_scale" in res.metrics and math.isfinite(res.metrics["grad_noise_scale"])
 
 
@@ -94,29 +94,68 @@ def test_vanilla_pg_refuses_reuse():
 
 
 def test_noise_estimator_hand_worked():
-    # two micro-batches of 2 rows, |g_i|^2 = 6 and 4 (mean 5), big batch of 4 rows with |g_B|^2 = 3:
-    # tr(Sigma) = (5 - 3) / (1/2 - 1/4) = 8, |G|^2 = 3 - 8/4 = 1, B_simple = 8
-    est = estimate([6.0, 4.0], [2, 2], 3.0, 4)
-    assert (est.trace, est.g2) == (8.0, 1.0)
+    # halves of 2 and 3 prompts with mean gradients g_A = (1, 2), g_B = (3, 0):
+    # |G|^2 = g_A . g_B = 3; tr(Sigma) = |g_A - g_B|^2 / (1/2 + 1/3) = 8 / (5/6) = 9.6
+    est = split_half(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 0.0]), 2, 3)
+    assert est.g2 == pytest.approx(3.0) and est.trace == pytest.approx(9.6)
     acc = NoiseAccumulator()
     acc.add(est)
-    acc.add(estimate([10.0, 2.0], [1, 3], 2.0, 4))  # mean 1/b = 2/3: trace = 4 / (2/3 - 1/4) = 9.6, |G|^2 = -0.4
-    acc.add(estimate([1.0], [1], 1.0, 1))            # one micro-batch: no estimate
+    acc.add(split_half(torch.tensor([1.0, -1.0]), torch.tensor([-1.0, 0.0]), 1, 1))  # |G|^2 -1, trace 5 / 2 = 2.5
+    acc.add(split_half(torch.tensor([1.0]), torch.tensor([1.0]), 0, 3))                 # an empty half: no estimate
     s = acc.summary()
-    assert s["grad_trace_sigma_est"] == pytest.approx((8 + 9.6) / 2)
-    assert s["grad_sq_norm_est"] == pytest.approx((1 - 0.4) / 2)
-    assert s["grad_noise_scale"] == pytest.approx(8.8 / 0.3)
+    assert s["grad_trace_sigma_est"] == pytest.approx((9.6 + 2.5) / 2)
+    assert s["grad_sq_norm_est"] == pytest.approx((3 - 1) / 2)
+    assert s["grad_noise_scale"] == pytest.approx(12.1 / 2)
 
 
 def test_noise_estimator_recovers_a_known_noise_scale():
-    # per-sample gradients G + N(0, sigma^2 I) in d dims: tr(Sigma) = d sigma^2, B_simple = d sigma^2 / |G|^2
+    # per-prompt gradients G + N(0, sigma^2 I) in d dims: tr(Sigma) = d sigma^2, B_simple = d sigma^2 / |G|^2
     g = torch.Generator().manual_seed(0)
-    d, sigma, sizes = 50, 0.5, [3, 5, 8, 4]
+    d, sigma, (n_a, n_b) = 50, 0.5, (5, 7)
     true_g = torch.randn(d, generator=g, dtype=torch.float64) * 0.3
     acc = NoiseAccumulator()
     for _ in range(3000):
-        means = [true_g + sigma * torch.randn(b, d, generator=g, dtype=torch.float64).mean(0) for b in sizes]
-        big = sum(b * m for b, m in zip(sizes, means)) / sum(sizes)
-        acc.add(estimate([float(m.square().sum()) for m in means], sizes, float(big.square().sum()), sum(sizes)))
+        g_a = true_g + sigma * torch.randn(n_a, d, generator=g, dtype=torch.float64).mean(0)
+        g_b = true_g + sigma * torch.randn(n_b, d, generator=g, dtype=torch.float64).mean(0)
+        acc.add(split_half(g_a, g_b, n_a, n_b))
     want = d * sigma ** 2 / float(true_g.square().sum())
     assert acc.summary()["grad_noise_scale"] == pytest.approx(want, rel=0.05)
+
+
+def test_noise_estimator_is_not_fooled_by_stratified_micro_batches():
+    # the micro-batches of an update hold one role and similar lengths, so their means differ by stratum
+    # (here +-S): the small/big-batch pair of the paper then reads |G|^2 - |S|^2 (negative), the split-half
+    # of prompts (each prompt has rows of both strata) reads |G|^2
+    g = torch.Generator().manual_seed(1)
+    d, sigma, prompts = 20, 0.3, 16
+    true_g = torch.full((d,), 0.1, dtype=torch.float64)
+    stratum = torch.randn(d, generator=g, dtype=torch.float64)
+    acc = NoiseAccumulator()
+    for _ in range(2000):
+        # each prompt contributes one row of each stratum: rows G + S + noise and G - S + noise
+        up = true_g + stratum + sigma * torch.randn(prompts, d, generator=g, dtype=torch.float64)
+        down = true_g - stratum + sigma * torch.randn(prompts, d, generator=g, dtype=torch.float64)
+        per_prompt = (up + down) / 2
+        perm = torch.randperm(prompts, generator=g)
+        a, b = perm[: prompts // 2], perm[prompts // 2:]
+        acc.add(split_half(per_prompt[a].mean(0), per_prompt[b].mean(0), len(a), len(b)))
+    assert acc.summary()["grad_sq_norm_est"] == pytest.approx(float(true_g.square().sum()), rel=0.1)
+
+
+def test_noise_tracking_leaves_the_update_unchanged(tiny_model_dir, role_rows):
+    # tracking reorders micro-batches (half A's prompts, then half B's); the loss and the step are the same
+    rows = _with_advantages(role_rows)
+    params, losses = [], []
+    for track in (False, True):
+        model, tok = load_policy(tiny_model_dir)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        res = policy_update(model, opt, rows, AlgoConfig(grad_noise_scale=track), pad_id=tok.pad_token_id,
+                            micro_batch=2, grad_clip=1e9, seed=3)
+        params.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+        losses.append(res.loss)
+        assert ("grad_noise_scale" in res.metrics) == track
+    assert losses[1] == pytest.approx(losses[0], abs=1e-7)
+    start = torch.cat([p.detach().reshape(-1) for p in load_policy(tiny_model_dir)[0].parameters()])
+    moved = (params[0] - start).abs().max()
+    assert moved > 1e-4  # the step did move the policy, and both moved it the same way
+    assert (params[1] - params[0]).abs().max() < 1e-3 * moved
