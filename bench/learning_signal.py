@@ -187,6 +187,7 @@ def main() -> None:
         sft_scores()
     report["aa"] = aa_check(base, args.n_boot)
     report["methods"] = summarize(base, per_method, args.n_boot)
+    report["between_methods"] = between_methods(per_method, args.n_boot)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     print_table(report)
 
@@ -246,6 +247,7 @@ def collect(args, tasks, eval_seeds: list[int]) -> None:
                 "greedy": row_of(compare(base["greedy"], scores["greedy"], n_boot=args.n_boot)),
                 "t1": row_of(compare(base["t1"], scores["t1"], n_boot=args.n_boot))}
     report["methods"] = summarize(base, per_method, args.n_boot)
+    report["between_methods"] = between_methods(per_method, args.n_boot)
     report["aa"] = aa_check(base, args.n_boot)
     print_table(report)
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -273,6 +275,23 @@ def summarize(base: dict[str, TaskScores], per_method: dict[str, list[dict[str, 
     return out
 
 
+def between_methods(per_method: dict[str, list[dict[str, TaskScores]]], n_boot: int) -> dict:
+    """The paper's directions as paired comparisons: for each pair of methods, the per-task difference of
+    their seed-pooled scores (same tasks, same sampling seeds) with a paired bootstrap interval."""
+    names = list(per_method)
+    out = {}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            row = {}
+            for mode in ("greedy", "t1"):
+                for metric in ("success", "reward"):
+                    pa, pb = (np.mean([r[mode].metric(metric).mean(axis=1) for r in per_method[m]], axis=0) for m in (a, b))
+                    iv = paired_bootstrap(pb, pa, n_boot=n_boot)  # a - b
+                    row[f"{mode}.{metric}"] = {"diff": iv.mean, "boot_lo": iv.lo, "boot_hi": iv.hi}
+            out[f"{a} - {b}"] = row
+    return out
+
+
 def print_table(report: dict) -> None:
     runs = report["runs"]
     print(f"\n{'run':24} {'wall s':>7} {'train r 1st5→last5':>19}  Δ greedy success | Δ greedy reward | Δ T=1 success | "
@@ -291,6 +310,11 @@ def print_table(report: dict) -> None:
             seeds = f"; seeds [{v['seeds_lo']:+.3f}, {v['seeds_hi']:+.3f}]" if v["seeds_lo"] is not None else ""
             print(f"  {method:9} {key:15} SFT {v['sft']:.3f}  Δ {v['pooled_diff']:+.3f} "
                   f"[{v['boot_lo']:+.3f}, {v['boot_hi']:+.3f}]{seeds}")
+    if report.get("between_methods"):
+        print("\nbetween methods (seed-pooled, paired bootstrap 95 %):")
+        for pair, row in report["between_methods"].items():
+            print(f"  {pair:22} " + " | ".join(f"{k} {v['diff']:+.3f} [{v['boot_lo']:+.3f}, {v['boot_hi']:+.3f}]"
+                                              for k, v in row.items()))
 
 
 if __name__ == "__main__":
