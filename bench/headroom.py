@@ -23,21 +23,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def dissect(model_dir: str, n_tasks: int, k: int, split: str, seed: int) -> dict:
-    from envace.config import RolloutConfig
     from envace.evaluation.anatomy import anatomy
-    from envace.evaluation.paired import engine_for
-    from envace.evaluation.world import score_episodes
-    from envace.rollout import run_rollout
-    from envace.types import Mode
-    from envace.worlds.environment import WorldEnvironment
+    from envace.evaluation.paired import engine_for, score_tasks
     from envace.worlds.generator import generate_tasks
 
     engine = engine_for(model_dir)
-    tasks = generate_tasks(n_tasks, split, seed)
-    cfg = RolloutConfig(mode="env", act={"temperature": 1.0, "max_new_tokens": 64}, max_assistant_turns=8)
+    trajs: list = []
     t0 = time.perf_counter()
-    trajs = run_rollout(tasks, k=k, policy=engine, cfg=cfg, mode=Mode.ENV, env_factory=WorldEnvironment, seed=seed)
-    score_episodes(trajs)  # sets reward_breakdown["success"] from the verified end state
+    # the paired evaluation's own episodes (real environment, its rollout settings) at T=1, K per task
+    score_tasks(engine, generate_tasks(n_tasks, split, seed), seeds=[seed], temperature=1.0, k=k,
+                on_trajectories=lambda pass_name, _seed, batch: trajs.extend(batch) if pass_name == "env" else None)
     out = anatomy(trajs).summary(decode=lambda tok: engine.tokenizer.decode([tok]).strip())
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     return out

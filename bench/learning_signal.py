@@ -96,9 +96,7 @@ def train_one(args, method: str, seed: int, out: Path) -> tuple[Path, Path | Non
             "train_reward_last5": statistics.mean(h["reward/mean"] for h in hist[-5:]),
             "train_reward_first5": statistics.mean(h["reward/mean"] for h in hist[:5])}
     (out / "history.json").write_text(json.dumps(hist, default=float))  # every step's metrics (noise scale, kept share, ...)
-    per_role = tcfg.policy == "per_role"
-    ckpt = res.checkpoint
-    return ckpt / ("act" if per_role else "policy"), (ckpt / "rehearse" if per_role else None), info
+    return (*final_models(out), info)
 
 
 def row_of(cmp: dict) -> dict:
@@ -254,6 +252,11 @@ def collect(args, tasks, eval_seeds: list[int]) -> None:
     (Path(args.out) / f"collected_{args.split}.json").write_text(json.dumps(report, indent=2))
 
 
+def _pooled(runs: list[dict[str, TaskScores]], mode: str, metric: str) -> np.ndarray:
+    """Per task: the mean over runs (RL seeds) of each run's per-task mean score."""
+    return np.mean([r[mode].metric(metric).mean(axis=1) for r in runs], axis=0)
+
+
 def summarize(base: dict[str, TaskScores], per_method: dict[str, list[dict[str, TaskScores]]], n_boot: int) -> dict:
     """Per method and metric: the change pooled over RL seeds (per-task mean over the seeds' checkpoints,
     paired bootstrap vs SFT) and mean ± t interval of the per-seed changes."""
@@ -264,7 +267,7 @@ def summarize(base: dict[str, TaskScores], per_method: dict[str, list[dict[str, 
             for metric in ("success", "reward"):
                 b = base[mode].metric(metric)
                 per_seed = [r[mode].metric(metric).mean() - b.mean() for r in runs]
-                pooled = np.mean([r[mode].metric(metric).mean(axis=1) for r in runs], axis=0)
+                pooled = _pooled(runs, mode, metric)
                 boot = paired_bootstrap(b, pooled, n_boot=n_boot)
                 seeds_iv = mean_interval(np.array(per_seed)) if len(per_seed) > 1 else None
                 m[f"{mode}.{metric}"] = {"sft": float(b.mean()), "pooled_diff": boot.mean, "boot_lo": boot.lo,
@@ -285,8 +288,8 @@ def between_methods(per_method: dict[str, list[dict[str, TaskScores]]], n_boot: 
             row = {}
             for mode in ("greedy", "t1"):
                 for metric in ("success", "reward"):
-                    pa, pb = (np.mean([r[mode].metric(metric).mean(axis=1) for r in per_method[m]], axis=0) for m in (a, b))
-                    iv = paired_bootstrap(pb, pa, n_boot=n_boot)  # a - b
+                    iv = paired_bootstrap(_pooled(per_method[b], mode, metric), _pooled(per_method[a], mode, metric),
+                                          n_boot=n_boot)  # a - b
                     row[f"{mode}.{metric}"] = {"diff": iv.mean, "boot_lo": iv.lo, "boot_hi": iv.hi}
             out[f"{a} - {b}"] = row
     return out
