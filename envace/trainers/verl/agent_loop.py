@@ -13,7 +13,8 @@ tool world's WorldEnvironment executes the calls: rows must carry the world's in
 Generation: the episode runs in a worker thread and reaches verl's servers through
 `ServerBridgeEngine` (each request awaits `server_manager.generate` on this loop's event loop). Seeds
 derive from (envace.seed, dataset index, session id) and the global step, so the K sessions of a prompt
-differ and a rerun repeats them. Returning a list of outputs needs verl's V1 trainer
+differ and a rerun repeats them. With `envace.policy=per_role` the Act calls go to the client's own
+servers and the Rehearse calls to `server_manager.rehearse` (the Rehearse actor's replicas, see per_role.py). Returning a list of outputs needs verl's V1 trainer
 (`trainer.use_v1=true`), which stores each element as its own row.
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 from uuid import uuid4
 
 from envace.rollout import derive_seed
+from envace.types import Role
 from envace.trainers.verl.bridge import CompletionsEngine, ServerBridgeEngine
 from envace.trainers.verl.config import LoopSettings
 from envace.trainers.verl.dataset import AGENT_NAME, plain, task_from_sample
@@ -93,10 +95,21 @@ class EnvaceAgentLoop(_agent_loop.AgentLoopBase):
                                     request_id=f"{uid}-{session}", base_params=sampling_params,
                                     backend=self.backend, max_tokens_cap=self.response_length,
                                     unique_request_ids=self.full_determinism)
+        policy: Any = engine
+        if self.settings.policy == "per_role":
+            rehearse = getattr(self.server_manager, "rehearse", None)
+            if rehearse is None:
+                raise ValueError("policy=per_role: the LLM client has no Rehearse servers; it comes from envace's "
+                                 "trainer (trainer.v1.trainer_mode=envace), which builds the Rehearse actor")
+            # the same session id on the Rehearse servers keeps its calls on one replica (prefix cache)
+            policy = {Role.ACT: engine, Role.REHEARSE: ServerBridgeEngine(
+                rehearse, self.tokenizer, loop, request_id=f"{uid}-{session}", base_params=sampling_params,
+                backend=self.backend, max_tokens_cap=self.response_length,
+                unique_request_ids=self.full_determinism, stats=engine.stats)}
         seed = derive_seed(self.settings.seed, index, session)
         result = await loop.run_in_executor(
             _executor(self.settings.threads),
-            partial(run_episode, task, self.settings, cfg, engine, step=step, seed=seed,
+            partial(run_episode, task, self.settings, cfg, policy, step=step, seed=seed,
                     enable_thinking=self.enable_thinking, simulator=self._simulator()))
         if engine.stats.missing_logprobs:
             logger.warning("%d of %d calls of %s came back without log-probs; set rollout.calculate_log_probs=true",

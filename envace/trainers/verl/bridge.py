@@ -68,11 +68,13 @@ class ServerBridgeEngine:
         base_params: verl's per-call sampling parameters, overridden per request.
         backend: "vllm" or "sglang" (which optional fields the server accepts).
         max_tokens_cap: rollout.response_length; no call may write more.
+        stats: where calls are recorded (a per-role episode's two engines share one); default a new one.
     """
 
     def __init__(self, server_manager: Any, tokenizer: Any, loop: asyncio.AbstractEventLoop, *, request_id: str,
                  base_params: dict[str, Any], backend: str = "vllm", max_tokens_cap: int | None = None,
-                 unique_request_ids: bool = False, pass_seed: bool = True) -> None:
+                 unique_request_ids: bool = False, pass_seed: bool = True,
+                 stats: GenerationStats | None = None) -> None:
         self.server_manager = server_manager
         self.tokenizer = tokenizer
         self.loop = loop
@@ -82,7 +84,7 @@ class ServerBridgeEngine:
         self.max_tokens_cap = max_tokens_cap
         self.unique_request_ids = unique_request_ids
         self.pass_seed = pass_seed and backend == "vllm"
-        self.stats = GenerationStats()
+        self.stats = stats if stats is not None else GenerationStats()  # shared by the two engines of a per-role episode
         self._counter = 0
         self._counter_lock = threading.Lock()
 

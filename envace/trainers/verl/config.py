@@ -18,14 +18,6 @@ from pydantic import Field, ValidationError, model_validator
 from envace.config import BaseConfig, ConfigError
 
 LOOP_SECTION = "envace"  # top-level key of the Hydra config holding LoopSettings
-# the composition is checked on CPU; the second actor's worker group and rollout replicas are not built yet
-PER_ROLE_NOT_LAUNCHABLE = (
-    "policy=per_role is not launchable on verl yet: the Rehearse role's own actor worker group and vLLM replicas "
-    "are not built by the envace trainer (docs/gpu.md, 'Per-role policy'); --dry-run shows the composed config. "
-    "Run the per-role ablation on the embedded backend (envace train configs/train/per_role.yaml), or "
-    "policy=shared here")
-
-
 class EndpointConfig(BaseConfig):
     base_url: str = Field(..., description="OpenAI-compatible server, e.g. http://judge-host:8000/v1.")
     model: str = Field(..., description="Served model name (vllm serve --served-model-name).")
@@ -106,7 +98,7 @@ class VerlLaunchConfig(BaseConfig):
     model: str = Field(..., description="HF model path or name on every node (paper: Qwen3-8B).")
     policy: Literal["shared", "per_role"] = Field(
         "shared", description="One model for both roles, or one per role (the embedded trainer's switch; per_role "
-                              "on verl is composed by the dry run but not yet launchable, see docs/gpu.md).")
+                              "on verl adds a Rehearse actor on as many GPUs again, see docs/gpu.md).")
     train_files: list[str] = Field(..., min_length=1, description="verl parquet files (envace data export-verl).")
     val_files: list[str] = Field(default_factory=list, description="Validation parquet files (empty = train files).")
     rollout: Literal["vllm", "sglang"] = Field("vllm", description="Rollout server backend.")
@@ -178,3 +170,10 @@ class VerlLaunchConfig(BaseConfig):
             raise ConfigError(f"rollout_prompt_length {self.rollout_prompt_length} leaves no room to generate in "
                               f"max_model_len {self.max_model_len}; raise max_model_len")
         return self
+
+
+def per_role_resources(cfg: "VerlLaunchConfig") -> str:
+    """What `policy=per_role` costs on the cluster (printed by the dry run; docs/gpu.md, 'Per-role policy')."""
+    pool = cfg.nnodes * cfg.n_gpus_per_node
+    return (f"policy=per_role: the Rehearse actor gets its own pool of {cfg.nnodes} x {cfg.n_gpus_per_node} = {pool} "
+            f"GPUs (FSDP actor + vLLM replicas + weight sync) beside verl's; the run needs {2 * pool} GPUs")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.config import ConfigError, load_config
-from envace.trainers.verl.config import LOOP_SECTION, PER_ROLE_NOT_LAUNCHABLE, VerlLaunchConfig
+from envace.trainers.verl.config import LOOP_SECTION, VerlLaunchConfig, per_role_resources
 
 PLUGIN_MODULE = "envace.trainers.verl_plugin"
 MAIN_MODULE = "verl.trainer.main_ppo"
@@ -193,8 +193,6 @@ def launch_verl(cfg: VerlLaunchConfig, *, dry_run: bool = False, environ: dict[s
     cmd = verl_command(cfg, environ)
     if dry_run:
         return cmd
-    if cfg.policy == "per_role":
-        raise ConfigError(PER_ROLE_NOT_LAUNCHABLE)
     address = cfg.ray_address or environ.get("RAY_ADDRESS")
     if not address:
         raise ConfigError("no Ray cluster: set ray_address in the config or export RAY_ADDRESS=<head>:6379 "
@@ -221,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"RAY_ADDRESS={cfg.ray_address or os.environ.get('RAY_ADDRESS', '<unset>')} \\")
         print(" \\\n    ".join(shlex.quote(c) for c in cmd))
         if cfg.policy == "per_role":
-            print(f"# {PER_ROLE_NOT_LAUNCHABLE}")
+            print(f"# {per_role_resources(cfg)}")
         if args.show_config:
             from omegaconf import OmegaConf
 

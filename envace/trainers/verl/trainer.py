@@ -17,6 +17,10 @@ A subclass of verl's synchronous trainer (`PPOTrainerSync`) that changes two ste
 - `_compute_old_log_prob`, `_compute_ref_log_prob`, `_update_actor`: each row's log-probs are taken at the
   temperature it was sampled with (Act 1.0, Rehearse 0.01 in the paper), not at the one
   `rollout.temperature` verl passes for the whole batch (see temperature.py).
+- `policy=per_role` (`envace.policy`): `_setup` also builds the Rehearse role's own actor, vLLM replicas and
+  weight sync on a second pool; `_balance_batch` pads each role's rows on their own; old log-probs, the
+  update and checkpoints go to each role's actor with its rows only (see per_role.py). Reference
+  log-probs stay on the Act group: both roles start from the same weights.
 """
 
 from __future__ import annotations
@@ -30,15 +34,17 @@ import numpy as np
 from omegaconf import open_dict
 
 from envace.trainers.verl.advantage import ESTIMATOR, apply_role_advantages
-from envace.config import ConfigError
-from envace.trainers.verl.config import PER_ROLE_NOT_LAUNCHABLE, LoopSettings
+from envace.trainers.verl.config import LoopSettings
 from envace.trainers.verl.deps import require
+from envace.trainers.verl.per_role import (REHEARSE_POOL, PairedCheckpointManagers, RoleClients, RoleGroups,
+                                           batch_roles, join_parts, split_by_role)
 from envace.trainers.verl.temperature import (TEMPERATURE_FIELD, RowTemperatureGroup, row_temperatures,
                                               uniform_temperature)
 
 TRAINER_MODE = "envace"
 
 _v1 = require("verl.trainer.ppo.v1")
+_base = require("verl.trainer.ppo.v1.trainer_base")  # verl's own names (worker groups, managers, roles)
 _tq = require("transfer_queue")
 _protocol = require("verl.protocol")
 _ray_trainer = require("verl.trainer.ppo.ray_trainer")
@@ -59,10 +65,93 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
             self._envace_settings = LoopSettings.from_verl(self.config)
         return self._envace_settings
 
+    @property
+    def per_role(self) -> bool:
+        return self.envace_settings.policy == "per_role"
+
+    def _init_resource_pool_mgr(self) -> None:
+        super()._init_resource_pool_mgr()
+        if self.per_role:  # the Rehearse actor's pool: as many GPUs as verl's global pool
+            spec = self.resource_pool_manager.resource_pool_spec
+            spec[REHEARSE_POOL] = list(spec["global_pool"])
+
     def _setup(self) -> None:
-        if self.envace_settings.policy == "per_role":  # refused before any worker group takes GPUs
-            raise ConfigError(PER_ROLE_NOT_LAUNCHABLE)
-        super()._setup()
+        if not self.per_role:
+            return super()._setup()
+        self._defer_checkpoint_load = True  # verl's setup loads the Act actor last: load both once both exist
+        try:
+            super()._setup()
+        finally:
+            self._defer_checkpoint_load = False
+        self._setup_rehearse_actor()
+        self._load_checkpoint()
+
+    def _setup_rehearse_actor(self) -> None:
+        """The Rehearse role's actor + rollout worker group, its hybrid replicas and its weight sync."""
+        pool = self.resource_pool_manager.resource_pool_dict[REHEARSE_POOL]
+        role = str(_base.Role.ActorRollout)  # no reference model: the Act group's serves both roles
+        worker = _base.RayClassWithInitArgs(cls=_base.ray.remote(_base.ActorRolloutRefWorker),
+                                            config=self.config.actor_rollout_ref, role=role)
+        group = _base.RayWorkerGroup(resource_pool=pool,
+                                     ray_cls_with_init=_base.create_colocated_worker_cls(class_dict={role: worker}),
+                                     device_name=self.config.trainer.device)
+        self.rehearse_actor_wg = group.spawn(prefix_set={role})[role]
+        self.rehearse_actor_wg.init_model()
+        self.act_actor_wg = self.actor_rollout_wg
+        # replica ranks after the Act replicas: their Ray actor names must not collide
+        self.rehearse_llm_server_manager = _base.LLMServerManager.create(
+            config=self.config, worker_group=self.rehearse_actor_wg, rollout_resource_pool=pool,
+            start_rank=len(self.llm_server_manager.get_replicas()))
+        engine_config = _base.omega_conf_to_dataclass(self.config.actor_rollout_ref.rollout.checkpoint_engine)
+        engine_config.backend = "naive"
+        rehearse_sync = _base.CheckpointEngineManager(config=engine_config, actor_wg=self.rehearse_actor_wg,
+                                                      replicas=self.rehearse_llm_server_manager.get_replicas())
+        rehearse_sync.sleep_replicas()
+        self.checkpoint_manager = PairedCheckpointManagers(self.checkpoint_manager, rehearse_sync)
+
+    def get_llm_client(self) -> Any:
+        client = super().get_llm_client()
+        if not self.per_role:
+            return client
+        return RoleClients(client, self.rehearse_llm_server_manager.get_client())
+
+    def _role_groups(self, *, mini_batches: int | None = None) -> RoleGroups:
+        return RoleGroups({"act": self.act_actor_wg, "rehearse": self.rehearse_actor_wg}, batch_roles,
+                          mini_batches=mini_batches)
+
+    @contextmanager
+    def _actor_groups(self, **kwargs: Any) -> Iterator[None]:
+        """Within (per-role runs): `actor_rollout_wg` routes each role's rows to its own actor."""
+        if not self.per_role:
+            yield
+            return
+        self.actor_rollout_wg = self._role_groups(**kwargs)
+        try:
+            yield
+        finally:
+            self.actor_rollout_wg = self.act_actor_wg
+
+    def _load_checkpoint(self) -> Any:
+        if getattr(self, "_defer_checkpoint_load", False):
+            return None
+        with self._actor_groups():
+            return super()._load_checkpoint()
+
+    def _save_checkpoint(self) -> Any:
+        with self._actor_groups():
+            return super()._save_checkpoint()
+
+    def _balance_batch(self, batch: Any, metrics: dict, logging_prefix: str = "global_seqlen",
+                       keep_minibatch: bool = False) -> Any:
+        if not self.per_role:
+            return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix,
+                                          keep_minibatch=keep_minibatch)
+        # each role's rows padded to the multiple and balanced over the data-parallel ranks on their own
+        parts = split_by_role(batch, batch_roles(batch))
+        balanced = [super(EnvaceTrainer, self)._balance_batch(part, metrics, logging_prefix=f"{logging_prefix}/{role}",
+                                                              keep_minibatch=keep_minibatch)
+                    for role, part in parts.items()]
+        return join_parts(balanced, batch)
 
     @contextmanager
     def _row_temperatures(self, batch: Any) -> Iterator[None]:
@@ -90,7 +179,7 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
                 setattr(self, n, group)
 
     def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
-        with self._row_temperatures(batch):
+        with self._actor_groups(), self._row_temperatures(batch):
             return super()._compute_old_log_prob(batch, metrics)
 
     def _compute_ref_log_prob(self, batch: Any, metrics: dict) -> Any:
@@ -147,7 +236,8 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
         return multiple
 
     def _update_actor(self, batch: Any, metrics: dict) -> Any:
-        with self._row_temperatures(batch):
+        m = self.envace_settings.ppo_mini_batches if self.envace_settings.single_update else None
+        with self._actor_groups(mini_batches=m), self._row_temperatures(batch):
             return self._update_actor_once(batch, metrics)
 
     def _update_actor_once(self, batch: Any, metrics: dict) -> Any:
