@@ -46,6 +46,7 @@ from envace.secrets import mask_text
 from envace.sweeps.cells import cell_cache_key
 from envace.sweeps.cells import calls_endpoint, resolve_cell_config, run_cell
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
+from envace.sweeps.paired_report import markdown_paired, paired_report
 from envace.sweeps.prepare import SFTSpec, build_sft
 from envace.sweeps.ray_runner import RunnerKind, cell_resources, ray_task_runner
 from envace.sweeps.results import (cells_frame, log_results, markdown_table, summarize, sweep_parent_run,
@@ -221,7 +222,12 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
             "child_runs": {o.spec.name: o.record.get("mlflow_run_id") for o in outcomes if o.record},
             "table": [{k: _clean(v) for k, v in row.items()} for row in table.to_dict("records")],
         }
+        paired = paired_report(records)  # per-task paired differences (vs base, vs the reference level)
+        summary["paired"] = [{k: _clean(v) for k, v in row.items()} for row in paired.to_dict("records")]
         paths = write_results(out / "results", cells_frame(records, axes), table, summary, cfg.name)
+        if not paired.empty:
+            paths["paired.csv"] = out / "results" / "paired.csv"
+            paired.to_csv(paths["paired.csv"], index=False)
         if "tts_n" in axes and "tts_mode" in axes:  # TTS sweep: table per mode and the score-vs-N plot
             from envace.sweeps.tts_report import write_tts_report
 
@@ -234,7 +240,8 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
     create_table_artifact(table=summary["table"], key=f"{key}-results",
                           description=f"sweep {cfg.name}: mean ± 95% CI over seeds {cfg.seeds}")
     failures = "\n".join(f"- **{name}**: {err}" for name, err in failed.items()) or "none"
-    create_markdown_artifact(f"## {cfg.name}\n\n{markdown_table(table)}\n\n### Failed cells\n{failures}\n",
+    create_markdown_artifact(f"## {cfg.name}\n\n{markdown_table(table)}\n\n### Paired per-task differences\n"
+                             f"{markdown_paired(paired)}\n\n### Failed cells\n{failures}\n",
                              key=f"{key}-summary", description=f"sweep {cfg.name} summary")
     if failed:
         logger.error("sweep %s: %d of %d cells failed: %s", cfg.name, len(failed), len(outcomes), ", ".join(failed))

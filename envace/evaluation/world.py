@@ -101,7 +101,8 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
                    tts_n: int = 0, tts_mode: str = "parallel", tts_options: Any = None,
                    on_trajectories: Callable[[str, int, list[Trajectory]], None] | None = None,
                    few_shot_tasks: list[Task] | None = None) -> dict[str, Any]:
-    """Evaluate `engine` on `tasks`; returns mean and per-seed scores (and fidelity). `engine` may be
+    """Evaluate `engine` on `tasks`; returns mean and per-seed scores, every episode's success and reward
+    (`per_task`: [tasks][seeds x k], seed-major) and fidelity. `engine` may be
     `{Role.ACT: e1, Role.REHEARSE: e2}` (the per-role-policy ablation; not with test-time rehearsal).
     `on_trajectories(pass, seed, trajectories)` sees each seed's scored episodes (pass "env") and its
     rehearse-mode fidelity pass (pass "fidelity"), e.g. to store them. The fidelity pass never shows
@@ -113,6 +114,10 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
 
     cfg = rollout if temperature is None else _with_temperature(rollout, temperature)
     per_seed = []
+    # per (task, sample) outcome, columns seed-major as `envace.evaluation.paired.TaskScores`
+    n_samples = len(seeds) * k
+    task_success = [[0.0] * n_samples for _ in tasks]
+    task_reward = [[0.0] * n_samples for _ in tasks]
     fid_trajs: list[Trajectory] = []
     fid_tasks = _without_own_gold(tasks, few_shot_tasks) if with_fidelity and cfg.few_shot else tasks
     for seed in seeds:
@@ -125,6 +130,10 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
             trajs = run_rollout(tasks, k=k, policy=engine, cfg=cfg, mode=Mode.ENV, env_factory=WorldEnvironment,
                                 seed=seed)
         per_seed.append(score_episodes(trajs))
+        col0 = len(per_seed[:-1]) * k
+        for t in trajs:
+            task_success[t.prompt_index][col0 + t.sample_index] = float(t.reward_breakdown.get("success") or 0.0)
+            task_reward[t.prompt_index][col0 + t.sample_index] = float(t.reward or 0.0)
         if on_trajectories is not None:
             on_trajectories("env", seed, trajs)
         if with_fidelity:
@@ -143,6 +152,9 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
         "per_domain": per_seed[0]["per_domain"] if len(per_seed) == 1 else _merge_domains(per_seed),
         "tasks": len(tasks), "k": k, "seeds": list(seeds), "temperature": cfg.act.temperature,
         "tts": {"n": tts_n, "mode": tts_mode},
+        # every episode's outcome, for paired comparisons between checkpoints on the same tasks and seeds
+        "per_task": {"task_ids": [t.uuid for t in tasks], "seeds": list(seeds), "k": k,
+                     "success": task_success, "reward": task_reward},
     }
     if with_fidelity:
         out["fidelity"] = fidelity(fid_trajs, few_shot=cfg.few_shot)

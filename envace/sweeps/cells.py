@@ -69,7 +69,7 @@ def eval_metrics(result: Mapping[str, Any], prefix: str = "eval") -> dict[str, f
     `eval/<benchmark>/...` (lists such as per-seed scores and booleans are left out)."""
     out: dict[str, float] = {}
     for key, value in flatten({k: v for k, v in result.items() if k in ("world", "benchmarks")}, sep="/").items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or "/per_task/" in f"/{key}/":
             continue
         key = key.removeprefix("benchmarks/")
         out[f"{prefix}/{key}"] = float(value)
@@ -165,7 +165,7 @@ def _run_train_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
         latest = latest_checkpoint(Path(cfg.out_dir) / "checkpoints")
         ckpt = latest.path if latest else None
     metrics = train_metrics(res.history, res.last_step)
-    extra: dict[str, Any] = {"checkpoint": str(ckpt) if ckpt else None}
+    extra: dict[str, Any] = {"checkpoint": str(ckpt) if ckpt else None, "start_model": str(cfg.model)}
     if spec.eval_overrides is not None:
         if ckpt is None:
             raise RuntimeError(f"cell {spec.name}: training wrote no checkpoint under {cfg.out_dir}/checkpoints; "
@@ -195,7 +195,8 @@ def _run_eval_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
         run.log_step_metrics(0, metrics)
         if ev.get("written_to"):
             run.log_artifact(ev["written_to"], "eval")
-    return _record(spec, metrics, run.run_id, t0, eval_file=ev.get("written_to"))
+    return _record(spec, metrics, run.run_id, t0, eval_file=ev.get("written_to"),
+                   start_model=str(getattr(cfg.policy, "model_dir", None) or cfg.model))
 
 
 def run_cell(spec: CellSpec) -> dict[str, Any]:

@@ -140,3 +140,6 @@ def test_score_tasks_keeps_each_task_in_its_row(tiny_dir):
     ref = evaluate_world(engine, tasks, rollout, seeds=[0, 1], temperature=1.0, with_fidelity=False)
     assert ts.success.mean() == pytest.approx(ref["success"]) and ts.reward.mean() == pytest.approx(ref["reward"])
     assert ts.meta["summary"]["reward_per_seed"] == ref["reward_per_seed"]
+    # evaluate_world keeps every episode's outcome in the same layout (what the sweep's paired report reads)
+    assert ref["per_task"]["task_ids"] == ts.task_ids and ref["per_task"]["seeds"] == [0, 1]
+    assert ref["per_task"]["success"] == ts.success.tolist() and ref["per_task"]["reward"] == ts.reward.tolist()

@@ -52,6 +52,14 @@ def test_sweep_builds_its_sft_once_and_reports_the_base_row(prefect_harness, wri
     base_row = table[(table["group"] == "variant=base") & (table["metric"] == "eval/world/success")].iloc[0]
     base_run = client.get_run(first["child_runs"]["variant=base,seed=0"])
     assert base_row["mean"] == pytest.approx(base_run.data.metrics["eval/world/success"])
+    # the paired report: one seed, so the per-task mean difference is the difference of the two cells' means
+    paired = pd.read_csv(Path(first["out_dir"]) / "results" / "paired.csv")
+    (row,) = paired[paired["kind"] == "vs base"].to_dict("records")
+    assert row["comparison"] == "variant=envace − variant=base" and row["seeds"] == 0
+    assert row["success_diff"] == pytest.approx(trained.data.metrics["eval/world/success"]
+                                                - base_run.data.metrics["eval/world/success"])
+    assert row["success_lo"] <= row["success_diff"] <= row["success_hi"]
+    assert first["paired"][0]["comparison"] == row["comparison"]
 
     again = run_sweep_from_file(path)
     assert again["sft"]["toy"]["cached"] is True and again["executed"] == []
