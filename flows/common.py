@@ -47,7 +47,7 @@ from envace.sweeps.cells import cell_cache_key
 from envace.sweeps.cells import calls_endpoint, resolve_cell_config, run_cell
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
 from envace.sweeps.paired_report import markdown_paired, paired_report
-from envace.sweeps.prepare import SFTSpec, build_sft
+from envace.sweeps.prepare import SFTSpec, build_sft, parallel_threads
 from envace.sweeps.ray_runner import RunnerKind, cell_resources, ray_task_runner
 from envace.sweeps.results import (cells_frame, log_results, markdown_table, summarize, sweep_parent_run,
                                    write_results)
@@ -66,9 +66,9 @@ def cell_task(spec: CellSpec) -> dict[str, Any]:
 
 
 @task(name="sft-checkpoint", cache_policy=NO_CACHE)
-def sft_task(name: str, spec: SFTSpec) -> dict[str, Any]:
+def sft_task(name: str, spec: SFTSpec, threads: int | None = None) -> dict[str, Any]:
     """Build (or reuse: key file in the checkpoint dir, see envace.sweeps.prepare) one SFT checkpoint."""
-    info = build_sft(spec)
+    info = build_sft(spec, threads=threads)
     get_run_logger().info("SFT %s: %s in %.0f s -> %s", name, "cached" if info["cached"] else "built",
                           info["wall_s"], info["model"])
     return info
@@ -79,10 +79,14 @@ def prepare_sft(cfg: SweepConfig) -> dict[str, dict[str, Any]]:
     since the cells that start from it could not run."""
     if not cfg.sft:
         return {}
+    # builds running side by side on this machine split its cores; on Ray each gets its cell's CPUs
+    threads = (max(1, int(cfg.runner.num_cpus)) if cfg.runner.kind is RunnerKind.RAY
+               else parallel_threads(len(cfg.sft), cfg.max_workers))
     with cell_runner(cfg) as runner:
         with cell_resources(cfg.runner):
             futures = {name: runner.submit(sft_task.with_options(task_run_name=f"sft[{name}]"),
-                                           {"name": name, "spec": spec}) for name, spec in cfg.sft.items()}
+                                           {"name": name, "spec": spec, "threads": threads})
+                       for name, spec in cfg.sft.items()}
         return {name: fut.result() for name, fut in futures.items()}
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,18 @@ def is_built(spec: SFTSpec) -> bool:
     return (spec.model_dir() / "config.json").is_file() and marker.is_file() and marker.read_text().strip() == sft_key(spec)
 
 
-def build_sft(spec: SFTSpec) -> dict[str, Any]:
-    """Build the checkpoint unless one with the same key is there; returns {out, model, key, cached, wall_s}."""
+def parallel_threads(n_builds: int, workers: int, cpus: int | None = None) -> int:
+    """Torch threads per SFT build when `min(n_builds, workers)` run at once on `cpus` cores (default: this
+    machine's): the cores split between them. Default torch threads in each of two parallel builds put
+    four spinning threads on two cores; the sweep of paper_ablations measured its two SFTs several times
+    slower per step than one build alone."""
+    cpus = cpus or os.cpu_count() or 1
+    return max(1, cpus // max(1, min(n_builds, workers)))
+
+
+def build_sft(spec: SFTSpec, threads: int | None = None) -> dict[str, Any]:
+    """Build the checkpoint unless one with the same key is there; returns {out, model, key, cached, wall_s}.
+    `threads` (torch threads) is how it runs, not what it builds: it is not part of the key."""
     t0 = time.perf_counter()
     key = sft_key(spec)
     if is_built(spec):
@@ -72,7 +83,7 @@ def build_sft(spec: SFTSpec) -> dict[str, Any]:
     tiny = init_tiny_model(world_corpus(spec.corpus_tasks, seed=spec.seed), out / "tiny",
                            TinyModelConfig(**{"seed": spec.seed, **spec.tiny}))
     summary = sft(SFTConfig(model=str(tiny), out_dir=str(out), steps=spec.steps, seed=spec.seed, progress=False,
-                            data=DataConfig(n_tasks=spec.sft_tasks, seed=spec.seed)))
+                            threads=threads, data=DataConfig(n_tasks=spec.sft_tasks, seed=spec.seed)))
     (out / KEY_FILE).write_text(key + "\n")
     return {"out": spec.out, "model": str(spec.model_dir()), "key": key, "cached": False,
             "wall_s": time.perf_counter() - t0, "sft": {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}}

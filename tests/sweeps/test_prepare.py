@@ -42,3 +42,29 @@ def test_a_build_without_its_key_file_is_rebuilt(tmp_path, monkeypatch):
     assert not is_built(spec)
     monkeypatch.setenv("ENVACE_CODE_VERSION", "other-code")
     assert build_sft(SFTSpec(out=spec.out, **TOY))["cached"] is False
+
+
+@pytest.mark.parametrize("builds, workers, cpus, want", [(2, 2, 2, 1), (1, 2, 2, 2), (2, 1, 2, 2), (3, 2, 16, 8),
+                                                         (4, 4, 2, 1)])
+def test_parallel_builds_split_the_cores(builds, workers, cpus, want):
+    from envace.sweeps.prepare import parallel_threads
+
+    assert parallel_threads(builds, workers, cpus) == want
+
+
+def test_threads_run_the_build_without_entering_its_key(tmp_path, monkeypatch):
+    import torch
+
+    import envace.trainers.sft as sft_mod
+
+    seen = []
+    real = sft_mod.sft
+    monkeypatch.setattr(sft_mod, "sft", lambda cfg: (seen.append(cfg.threads), real(cfg))[1])
+    before = torch.get_num_threads()
+    try:
+        spec = SFTSpec(out=str(tmp_path / "sft"), **TOY)
+        info = build_sft(spec, threads=1)
+        assert seen == [1] and info["key"] == sft_key(spec)
+        assert build_sft(spec, threads=2)["cached"] is True  # same key whatever the threads
+    finally:
+        torch.set_num_threads(before)
