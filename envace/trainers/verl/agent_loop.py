@@ -14,8 +14,9 @@ Generation: the episode runs in a worker thread and reaches verl's servers throu
 `ServerBridgeEngine` (each request awaits `server_manager.generate` on this loop's event loop). Seeds
 derive from (envace.seed, dataset index, session id) and the global step, so the K sessions of a prompt
 differ and a rerun repeats them. With `envace.policy=per_role` the Act calls go to the client's own
-servers and the Rehearse calls to `server_manager.rehearse` (the Rehearse actor's replicas, see per_role.py). Returning a list of outputs needs verl's V1 trainer
-(`trainer.use_v1=true`), which stores each element as its own row.
+servers and the Rehearse calls to `server_manager.rehearse` (the Rehearse actor's replicas, see
+per_role.py). Returning a list of outputs needs verl's V1 trainer (`trainer.use_v1=true`), which stores
+each element as its own row.
 """
 
 from __future__ import annotations

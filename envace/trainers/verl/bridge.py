@@ -84,7 +84,8 @@ class ServerBridgeEngine:
         self.max_tokens_cap = max_tokens_cap
         self.unique_request_ids = unique_request_ids
         self.pass_seed = pass_seed and backend == "vllm"
-        self.stats = stats if stats is not None else GenerationStats()  # shared by the two engines of a per-role episode
+        # a per-role episode's two engines share one record
+        self.stats = stats if stats is not None else GenerationStats()
         self._counter = 0
         self._counter_lock = threading.Lock()
 
