@@ -108,25 +108,11 @@ def score_tasks(engine: Any, tasks: list[Task], *, seeds: list[int], temperature
     from envace.evaluation.config import _eval_rollout
     from envace.evaluation.world import evaluate_world
 
-    n_s = len(seeds) * k
-    succ = np.full((len(tasks), n_s), np.nan)
-    rew = np.full((len(tasks), n_s), np.nan)
-
-    def keep(pass_name: str, seed: int, trajs: list) -> None:
-        if on_trajectories is not None:
-            on_trajectories(pass_name, seed, trajs)
-        if pass_name != "env":
-            return
-        col0 = list(seeds).index(seed) * k
-        for t in trajs:
-            succ[t.prompt_index, col0 + t.sample_index] = float(t.reward_breakdown.get("success") or 0.0)
-            rew[t.prompt_index, col0 + t.sample_index] = float(t.reward or 0.0)
-
     summary = evaluate_world(engine, tasks, rollout or _eval_rollout(), k=k, seeds=list(seeds),
-                             temperature=temperature, with_fidelity=with_fidelity, on_trajectories=keep)
-    if np.isnan(succ).any():
-        raise RuntimeError(f"{int(np.isnan(succ).sum())} (task, sample) cells got no episode")
-    return TaskScores([t.uuid for t in tasks], list(seeds), k, temperature, succ, rew, {"summary": summary})
+                             temperature=temperature, with_fidelity=with_fidelity, on_trajectories=on_trajectories)
+    per = summary.pop("per_task")  # every episode's outcome, [tasks][seeds x k] seed-major
+    return TaskScores([t.uuid for t in tasks], list(seeds), k, temperature, np.array(per["success"]),
+                      np.array(per["reward"]), {"summary": summary})
 
 
 def paired_bootstrap(base: np.ndarray, other: np.ndarray, *, n_boot: int = 10_000, seed: int = 0,

@@ -116,11 +116,11 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
     per_seed = []
     # per (task, sample) outcome, columns seed-major as `envace.evaluation.paired.TaskScores`
     n_samples = len(seeds) * k
-    task_success = [[0.0] * n_samples for _ in tasks]
-    task_reward = [[0.0] * n_samples for _ in tasks]
+    task_success: list[list[float | None]] = [[None] * n_samples for _ in tasks]
+    task_reward: list[list[float | None]] = [[None] * n_samples for _ in tasks]
     fid_trajs: list[Trajectory] = []
     fid_tasks = _without_own_gold(tasks, few_shot_tasks) if with_fidelity and cfg.few_shot else tasks
-    for seed in seeds:
+    for col, seed in enumerate(seeds):
         if tts_n > 0:
             from envace.rollout.tts import tts_rollout
 
@@ -130,10 +130,9 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
             trajs = run_rollout(tasks, k=k, policy=engine, cfg=cfg, mode=Mode.ENV, env_factory=WorldEnvironment,
                                 seed=seed)
         per_seed.append(score_episodes(trajs))
-        col0 = len(per_seed[:-1]) * k
         for t in trajs:
-            task_success[t.prompt_index][col0 + t.sample_index] = float(t.reward_breakdown.get("success") or 0.0)
-            task_reward[t.prompt_index][col0 + t.sample_index] = float(t.reward or 0.0)
+            task_success[t.prompt_index][col * k + t.sample_index] = float(t.reward_breakdown.get("success") or 0.0)
+            task_reward[t.prompt_index][col * k + t.sample_index] = float(t.reward or 0.0)
         if on_trajectories is not None:
             on_trajectories("env", seed, trajs)
         if with_fidelity:
@@ -142,6 +141,9 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
             fid_trajs += fid
             if on_trajectories is not None:
                 on_trajectories("fidelity", seed, fid)
+    missing = sum(v is None for row in task_success for v in row)
+    if missing:
+        raise RuntimeError(f"{missing} (task, sample) cells of {len(tasks)} tasks x {n_samples} samples got no episode")
     out: dict[str, Any] = {
         "success": _mean([s["success"] for s in per_seed]),
         "reward": _mean([s["reward"] for s in per_seed]),

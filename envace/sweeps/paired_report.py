@@ -70,6 +70,11 @@ def _row(comparison: str, kind: str, seeds: Sequence[int], intervals: Mapping[st
     return row
 
 
+def _boot(cmp: Mapping[str, Any]) -> dict[str, tuple[float, float, float]]:
+    """(diff, lo, hi) of the bootstrap interval per metric of an `envace.evaluation.paired.compare` result."""
+    return {m: (cmp[m]["diff"], cmp[m]["boot_lo"], cmp[m]["boot_hi"]) for m in METRICS}
+
+
 def paired_report(records: Sequence[Mapping[str, Any]], *, n_boot: int = 10_000) -> pd.DataFrame:
     """The comparison table (see the module docstring); empty when no cell kept per-episode outcomes."""
     scores: dict[tuple[str, int], TaskScores] = {}
@@ -103,18 +108,15 @@ def paired_report(records: Sequence[Mapping[str, Any]], *, n_boot: int = 10_000)
         seeds = seeds_of(name, base) if base else []
         if seeds:
             cmp = compare(pooled(base, seeds), pooled(name, seeds), n_boot=n_boot)
-            rows.append(_row(f"{name} − {base}", "vs base", seeds,
-                             {m: (cmp[m]["diff"], cmp[m]["boot_lo"], cmp[m]["boot_hi"]) for m in METRICS},
-                             cmp["tasks"], cmp["samples"]))
+            rows.append(_row(f"{name} − {base}", "vs base", seeds, _boot(cmp), cmp["tasks"], cmp["samples"]))
     ref = trained[0] if trained else None
     for name in trained[1:]:  # vs reference
         if groups[name]["model"] == groups[ref]["model"]:
             seeds = seeds_of(ref, name)
             if seeds:
                 cmp = compare(pooled(ref, seeds), pooled(name, seeds), n_boot=n_boot)
-                rows.append(_row(f"{name} − {ref}", "vs reference", seeds,
-                                 {m: (cmp[m]["diff"], cmp[m]["boot_lo"], cmp[m]["boot_hi"]) for m in METRICS},
-                                 cmp["tasks"], cmp["samples"]))
+                rows.append(_row(f"{name} − {ref}", "vs reference", seeds, _boot(cmp), cmp["tasks"],
+                                 cmp["samples"]))
             continue
         base_n, base_r = base_of(name), base_of(ref)
         seeds = seeds_of(ref, name, base_n, base_r) if base_n and base_r else []
@@ -123,8 +125,9 @@ def paired_report(records: Sequence[Mapping[str, Any]], *, n_boot: int = 10_000)
         gains = {}
         for who, base in ((name, base_n), (ref, base_r)):
             a, b = pooled(base, seeds), pooled(who, seeds)
-            if a.task_ids != pooled(ref, seeds).task_ids:
-                raise ValueError(f"{who} and {ref} were evaluated on different tasks; their gains cannot be paired")
+            if a.task_ids != b.task_ids or a.task_ids != scores[(ref, seeds[0])].task_ids:
+                raise ValueError(f"{who}, {base} and {ref} were evaluated on different tasks; their gains cannot "
+                                 "be paired")
             gains[who] = {m: b.metric(m) - a.metric(m) for m in METRICS}
         intervals = {}
         for m in METRICS:
