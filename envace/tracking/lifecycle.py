@@ -6,13 +6,23 @@ scheduler, `kill` or a container stop terminates the process.
 - `KeyboardInterrupt` (Ctrl-C) or `Terminated` (SIGTERM, via `sigterm_raises`): KILLED
 - any other exception (a non-zero `SystemExit` included): FAILED
 
-A SIGKILL cannot be caught; what is left RUNNING then is closed by the next start in the same run
-directory (`envace.trainers.run_tracker.RunTracker` marks its predecessor's runs KILLED).
+A signal handler runs wherever the main thread happens to be, a finaliser or a weakref callback included
+(SQLAlchemy's registry callbacks, a `__del__`), and there Python prints the exception as "Exception ignored
+in ..." and goes on: the SIGTERM would be lost and the run would carry on to a normal exit. While the block
+runs, a `sys.unraisablehook` catches such a `Terminated` and schedules the handler again
+(`_thread.interrupt_main`), so it is raised in the block's own code; other swallowed exceptions go
+to the hook that was there before. A short timer thread does the scheduling (calling it from the hook
+would run the handler again at once, inside the hook); a block that ends before the retry lands raises
+`Terminated` as it exits.
+
+A SIGKILL cannot be caught; what is left RUNNING then is closed by the next start in the same run directory (`envace.trainers.run_tracker.RunTracker` marks its predecessor's runs KILLED).
 """
 
 from __future__ import annotations
 
+import _thread
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,17 +71,60 @@ def sigterm_raises() -> Iterator[None]:
         yield
         return
     fired = False
+    retrying: int | None = None  # the signal whose delivery is being tried again
+    timers: list[threading.Timer] = []
+    previous_hook = sys.unraisablehook
 
-    def _raise(signum, _frame):  # noqa: ANN001 - signal handler signature
-        nonlocal fired
+    def _raise(signum, frame):  # noqa: ANN001 - signal handler signature
+        nonlocal fired, retrying
         if fired:
             return
-        fired = True
+        if _inside(frame, _raise_again.__code__):  # the hook would swallow it too
+            _retry_soon(signum)
+            return
+        fired, retrying = True, None
         raise Terminated(signum)
 
+    def _raise_again(unraisable) -> None:  # noqa: ANN001 - sys.UnraisableHookArgs
+        nonlocal fired
+        if isinstance(unraisable.exc_value, Terminated) and fired:
+            fired = False  # not delivered: arm the handler again
+            _retry_soon(unraisable.exc_value.signum)
+            return
+        previous_hook(unraisable)
+
+    def _retry_soon(signum: int) -> None:
+        """Run the handler again from another thread a moment later, once the main thread has left the
+        finaliser (calling `interrupt_main` here would run the handler again inside it, or inside itself)."""
+        nonlocal retrying
+        retrying = signum
+        timer = threading.Timer(_RETRY_AFTER_S, _thread.interrupt_main, (signum,))
+        timer.daemon = True
+        timers.append(timer)
+        timer.start()
+
     signal.signal(signal.SIGTERM, _raise)
+    sys.unraisablehook = _raise_again
     try:
         yield
+        if retrying is not None:  # the block ended before the retry landed: end it here instead
+            fired = True
+            raise Terminated(retrying)
     finally:
+        for timer in timers:
+            timer.cancel()
+        if sys.unraisablehook is _raise_again:  # unless someone installed theirs on top meanwhile
+            sys.unraisablehook = previous_hook
         if threading.current_thread() is threading.main_thread():  # signal.signal fails off the main thread
             signal.signal(signal.SIGTERM, previous)
+
+
+_RETRY_AFTER_S = 0.01
+
+
+def _inside(frame, code) -> bool:  # noqa: ANN001 - a frame object or None
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
