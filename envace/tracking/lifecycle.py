@@ -15,7 +15,8 @@ to the hook that was there before. A short timer thread does the scheduling (cal
 would run the handler again at once, inside the hook); a block that ends before the retry lands raises
 `Terminated` as it exits.
 
-A SIGKILL cannot be caught; what is left RUNNING then is closed by the next start in the same run directory (`envace.trainers.run_tracker.RunTracker` marks its predecessor's runs KILLED).
+A SIGKILL cannot be caught; what is left RUNNING then is closed by the next start in the same run
+directory (`envace.trainers.run_tracker.RunTracker` marks its predecessor's runs KILLED).
 """
 
 from __future__ import annotations
