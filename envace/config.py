@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 C = TypeVar("C", bound="BaseConfig")
 

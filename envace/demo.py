@@ -67,12 +67,12 @@ def _paired_delta(name: str) -> dict[str, Any]:
 
 
 def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str, store: str | None = None) -> dict[str, Any]:
+    from envace.data.tasks import load_tasks
+    from envace.engines.factory import make_engine
     from envace.evaluation.config import EvalConfig
     from envace.evaluation.eval_store import store_paired_eval
     from envace.evaluation.paired import score_tasks
-    from envace.engines.factory import make_engine
     from envace.models.loading import load_policy
-    from envace.data.tasks import load_tasks
 
     ecfg = EvalConfig(model=str(model_dir), n_tasks=cfg.eval_tasks)
     model, tok = load_policy(model_dir)
@@ -157,11 +157,11 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
 
 
 def _tts_sweep(ckpt_root: Path, cfg: DemoConfig) -> list[dict[str, Any]]:
+    from envace.data.tasks import load_tasks
+    from envace.engines.factory import make_engine
     from envace.evaluation.config import EvalConfig
     from envace.evaluation.world import evaluate_world
-    from envace.engines.factory import make_engine
     from envace.models.loading import load_policy
-    from envace.data.tasks import load_tasks
     from envace.trainers.checkpoint import latest_checkpoint
 
     model, tok = load_policy(latest_checkpoint(ckpt_root).model_dir("policy"))

@@ -36,13 +36,13 @@ class Layout:
     eval: Path
 
     @classmethod
-    def under(cls, root: str | Path) -> "Layout":
+    def under(cls, root: str | Path) -> Layout:
         """Everything under one directory (the flow's `out_dir`)."""
         r = Path(root)
         return cls(r / "data", r / "models" / "tiny", r / "sft", r / "rl", r / "eval")
 
     @classmethod
-    def repo(cls, root: str | Path = ".") -> "Layout":
+    def repo(cls, root: str | Path = ".") -> Layout:
         """dvc.yaml's outputs, relative to the repository root."""
         r = Path(root)
         return cls(r / "data" / "world", r / "models" / "tiny", r / "runs" / "sft", r / "runs" / "rl",

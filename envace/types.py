@@ -81,7 +81,7 @@ class ToolCall:
         return out
 
     @classmethod
-    def from_openai(cls, d: dict[str, Any]) -> "ToolCall":
+    def from_openai(cls, d: dict[str, Any]) -> ToolCall:
         fn = d.get("function", d)
         args = fn.get("arguments", {})
         if isinstance(args, str):
@@ -111,7 +111,7 @@ class Message:
         return out
 
     @classmethod
-    def from_openai(cls, d: dict[str, Any]) -> "Message":
+    def from_openai(cls, d: dict[str, Any]) -> Message:
         return cls(
             role=d["role"],
             content=d.get("content") or "",
@@ -154,7 +154,7 @@ class Observation:
                 "error": None if self.error is None else self.error._value_, "detail": self.detail}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Observation":
+    def from_dict(cls, d: dict[str, Any]) -> Observation:
         try:
             return cls(content=d.get("content"), source=Role(d.get("source") or Role.ENV.value),
                        error=None if d.get("error") is None else ErrorCode(d["error"]), detail=d.get("detail") or "")

@@ -15,8 +15,17 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 
 from envace.cluster.checkpoints import find_checkpoints, merge_checkpoint
-from envace.cluster.pipeline import (ClusterPipelineConfig, PipelineStopped, StepStatus, TrainMode,
-                                     checkpoint_root, evaluate_served, train_on_verl, version_data, write_summary)
+from envace.cluster.pipeline import (
+    ClusterPipelineConfig,
+    PipelineStopped,
+    StepStatus,
+    TrainMode,
+    checkpoint_root,
+    evaluate_served,
+    train_on_verl,
+    version_data,
+    write_summary,
+)
 from envace.config import load_config
 from envace.tracking.mlflow_run import start_run
 

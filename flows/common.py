@@ -35,22 +35,24 @@ from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
-from prefect.artifacts import (create_markdown_artifact, create_progress_artifact, create_table_artifact,
-                               update_progress_artifact)
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 
 from envace.secrets import mask_text
-from envace.sweeps.cells import cell_cache_key
-from envace.sweeps.cells import calls_endpoint, resolve_cell_config, run_cell
+from envace.sweeps.cells import calls_endpoint, cell_cache_key, resolve_cell_config, run_cell
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
 from envace.sweeps.paired_report import markdown_paired, paired_report
 from envace.sweeps.prepare import SFTSpec, build_sft, parallel_threads
 from envace.sweeps.ray_runner import RunnerKind, cell_resources, ray_task_runner
-from envace.sweeps.results import (cells_frame, log_results, markdown_table, summarize, sweep_parent_run,
-                                   write_results)
+from envace.sweeps.results import cells_frame, log_results, markdown_table, summarize, sweep_parent_run, write_results
 
 CELL_TAG = "envace-cell"
 RESULT_DIR = ".prefect-results"

@@ -76,7 +76,7 @@ def schedule_sweep(path: str | Path, cron: str, name: str | None = None, timezon
                 "and export PREFECT_API_URL=http://127.0.0.1:4200/api")
     runs = 0
     while max_runs is None or runs < max_runs:
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         nxt = next_fire_times(cron, now, 1, timezone)[0]
         log.info("sweep %s: next run at %s", path, nxt.isoformat())
         sleep(max(0.0, (nxt - now).total_seconds()))

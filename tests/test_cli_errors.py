@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from envace.config import load_config
 from envace.evaluation.config import EvalConfig
 from envace.trainers.config import TrainConfig

@@ -29,8 +29,8 @@ from enum import Enum
 from pathlib import Path, PurePath
 from typing import Any, Protocol, runtime_checkable
 
-from envace.engines.reply import BenchPolicy
 from envace.benchmarks.errors import summarize, summary_line
+from envace.engines.reply import BenchPolicy
 
 
 @dataclass
@@ -80,7 +80,7 @@ class BenchmarkResult:
         return summary_line(self.benchmark, self.meta.get("task_errors") or summarize(self.records))
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "BenchmarkResult":
+    def from_dict(cls, d: Mapping[str, Any]) -> BenchmarkResult:
         data = dict(d)
         data["categories"] = {k: CategoryScore(**v) for k, v in data["categories"].items()}
         return cls(**data)
@@ -93,7 +93,7 @@ class BenchmarkResult:
         return p
 
     @classmethod
-    def load(cls, path: str | Path) -> "BenchmarkResult":
+    def load(cls, path: str | Path) -> BenchmarkResult:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 

@@ -41,7 +41,7 @@ class TaskError:
     message: str
 
     @classmethod
-    def of(cls, stage: TaskStage, exc: BaseException) -> "TaskError":
+    def of(cls, stage: TaskStage, exc: BaseException) -> TaskError:
         text = str(exc) or repr(exc)
         return cls(TaskStage(stage), type(exc).__name__, text[:MAX_MESSAGE])
 
@@ -53,7 +53,7 @@ class TaskError:
         return {"stage": self.stage.value, "type": self.type, "message": self.message}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TaskError":
+    def from_dict(cls, d: Mapping[str, Any]) -> TaskError:
         return cls(TaskStage(d["stage"]), str(d["type"]), str(d["message"]))
 
 

@@ -76,7 +76,7 @@ def report_table(results: Iterable[BenchmarkResult] | Mapping[str, BenchmarkResu
                   f"| {label} | " + " | ".join(_fmt(100.0 * fin.groups[k]) for k in keys) + " |"]
     for name, r in by.items():
         lines += ["", f"### {name}: {r.overall_definition}",
-                  f"- models: " + ", ".join(f"{role}={model}" for role, model in r.models.items()),
+                  "- models: " + ", ".join(f"{role}={model}" for role, model in r.models.items()),
                   f"- k={r.k}, limit={r.limit}, seed={r.seed}"]
         runs = [c for c in r.categories.values() if c.accuracy is not None]
         skipped = [c for c in r.categories.values() if c.accuracy is None]

@@ -95,7 +95,7 @@ class ClusterPipelineConfig(BaseConfig):
     eval: EvalStep = Field(default_factory=EvalStep, description="Evaluation through the endpoint slot.")
 
     @model_validator(mode="after")
-    def _check(self) -> "ClusterPipelineConfig":
+    def _check(self) -> ClusterPipelineConfig:
         if self.train.mode is not TrainMode.SKIP and not self.train.config:
             raise ConfigError(f"train.mode is {self.train.mode.value} but train.config is not set; name a verl "
                               f"launch YAML (configs/verl/qwen3_8b_cm2.yaml) or set train.mode=skip")

@@ -79,7 +79,7 @@ class LocalRayHead:
             cmd += [flag, str(free_port())]
         return cmd
 
-    def start(self, attempts: int = 3) -> "LocalRayHead":
+    def start(self, attempts: int = 3) -> LocalRayHead:
         """Start the head; retried because `ray start` gives its raylet a fixed 30 s to register with the
         GCS, which a heavily loaded machine can miss."""
         for attempt in range(1, attempts + 1):
@@ -94,7 +94,7 @@ class LocalRayHead:
                 self.token_path = self._write_token()
         return self
 
-    def _start_once(self) -> "LocalRayHead":
+    def _start_once(self) -> LocalRayHead:
         env = {**os.environ, **(self.env or {}), "RAY_USAGE_STATS_ENABLED": "0", **self.client_env()}
         log = (self.temp_dir / "head.log").open("w")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -129,7 +129,7 @@ class LocalRayHead:
             self.proc = None
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
-    def __enter__(self) -> "LocalRayHead":
+    def __enter__(self) -> LocalRayHead:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

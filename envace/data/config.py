@@ -19,7 +19,7 @@ class DataConfig(BaseConfig):
     seed: int = Field(0, description="Task-generation seed.")
 
     @model_validator(mode="after")
-    def _path_needed(self) -> "DataConfig":
+    def _path_needed(self) -> DataConfig:
         if self.source != "world" and not self.path:
             raise ConfigError(f"data.path is empty but data.source={self.source!r} needs a file; set data.path=FILE")
         return self

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envace.engines.reply import AssistantReply
 from envace.engines.base import GenerationEngine, GenRequest
+from envace.engines.reply import AssistantReply
 from envace.roles.act import END_MARKERS
 from envace.toolcall import parse_tool_calls
 from envace.types import ErrorCode, ToolCall
@@ -127,7 +127,7 @@ class LocalChatModel:
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, *, name: str | None = None, device: str | None = None,
-                 max_model_len: int | None = None) -> "LocalChatModel":
+                 max_model_len: int | None = None) -> LocalChatModel:
         from envace.engines.hf import HFEngine
 
         path = Path(model_dir)

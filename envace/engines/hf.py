@@ -11,8 +11,9 @@ the decode of `token_ids` (eos / `<|im_end|>` stay in the ids, so the trainer le
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -109,7 +110,7 @@ class HFEngine:
 
     @classmethod
     def from_path(cls, path: str | Path, device: str | torch.device | None = None,
-                  dtype: torch.dtype | str | None = None, max_batch: int = 64) -> "HFEngine":
+                  dtype: torch.dtype | str | None = None, max_batch: int = 64) -> HFEngine:
         model, tokenizer = load_policy(path, device=device, dtype=dtype)
         return cls(model, tokenizer, device=model.device, max_batch=max_batch)
 

@@ -157,7 +157,7 @@ class OpenAIChatClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "OpenAIChatClient":
+    def __enter__(self) -> OpenAIChatClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envace.engines.chat_model import ChatRequestError, LocalChatModel
 
-
 MAX_SEED = 2**63 - 1
 DEFAULT_MAX_REQUEST_BYTES = 8_000_000
 DISCONNECT_POLL_S = 0.05  # how often a waiting handler asks whether its client is still connected
@@ -49,7 +48,7 @@ class _Cancellation:
         self.local = threading.local()
 
     @classmethod
-    def of(cls, chat: LocalChatModel) -> "_Cancellation":
+    def of(cls, chat: LocalChatModel) -> _Cancellation:
         existing = getattr(chat, "_envace_cancellation", None)
         if existing is not None:
             return existing

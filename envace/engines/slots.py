@@ -60,7 +60,7 @@ class ModelSlot(BaseConfig):
     max_retries: int = Field(4, ge=0, description="Endpoint: transport retries per request.")
 
     @model_validator(mode="after")
-    def _one_source(self) -> "ModelSlot":
+    def _one_source(self) -> ModelSlot:
         if self.model_dir and self.base_url:
             raise ValueError(f"set either model_dir ({self.model_dir!r}) or base_url ({self.base_url!r}), not both: "
                              "a slot is a local model dir OR an OpenAI-compatible endpoint")
@@ -77,11 +77,11 @@ class ModelSlot(BaseConfig):
         return self
 
     @classmethod
-    def local(cls, model_dir: str | Path, **kw: Any) -> "ModelSlot":
+    def local(cls, model_dir: str | Path, **kw: Any) -> ModelSlot:
         return cls(model_dir=str(model_dir), **kw)
 
     @classmethod
-    def endpoint(cls, base_url: str, model: str, api_key_env: str | None = None, **kw: Any) -> "ModelSlot":
+    def endpoint(cls, base_url: str, model: str, api_key_env: str | None = None, **kw: Any) -> ModelSlot:
         return cls(base_url=base_url, model=model, api_key_env=api_key_env, **kw)
 
     @property
@@ -140,14 +140,14 @@ class ModelSlot(BaseConfig):
                                 max_retries=self.max_retries, transport=transport)
 
     def build_chat_model(self, field: str = "model", *, device: str | None = None,
-                         cache: "SlotCache | None" = None) -> Any:
+                         cache: SlotCache | None = None) -> Any:
         """The `LocalChatModel` of a local slot (shared through `cache` between slots on the same dir)."""
         if self.kind is not SlotKind.LOCAL:
             raise ConfigError(f"{field} is an endpoint, not a local model dir", field=field)
         self.check(field)
         return (cache or SlotCache(device)).chat_model(resolve_model_dir(self.model_dir))  # type: ignore[arg-type]
 
-    def build_policy(self, field: str = "policy", *, device: str | None = None, cache: "SlotCache | None" = None,
+    def build_policy(self, field: str = "policy", *, device: str | None = None, cache: SlotCache | None = None,
                      transport: Any = None) -> Any:
         """A `BenchPolicy` for this slot: `HFChatPolicy` (local) or `OpenAIPolicy` (endpoint)."""
         if self.kind is SlotKind.LOCAL:
@@ -160,7 +160,7 @@ class ModelSlot(BaseConfig):
         return OpenAIPolicy(self.build_client(field, transport), temperature=self.temperature, top_p=self.top_p,
                             max_tokens=self.max_tokens, name=self.label())
 
-    def build_judge(self, field: str = "judge", *, device: str | None = None, cache: "SlotCache | None" = None,
+    def build_judge(self, field: str = "judge", *, device: str | None = None, cache: SlotCache | None = None,
                     transport: Any = None) -> Any:
         """A judge backend: `complete(messages, *, json_schema, temperature) -> str` and `chat(...)`."""
         if self.kind is SlotKind.LOCAL:

@@ -22,10 +22,10 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from envace.config import BaseConfig, RolloutConfig, SamplingConfig
+from envace.data.config import DataConfig
 from envace.engines.slots import ModelSlot, SlotKind
 from envace.rollout.tts_private import TTSConfig
 from envace.tracking.config import TrackingConfig
-from envace.data.config import DataConfig
 
 PAPER_K = 4
 # the reference's validation sampling (envace_reference: temperature 0.6, top_p 0.95, do_sample)
@@ -132,7 +132,7 @@ class EvalConfig(BaseConfig):
         return data
 
     @model_validator(mode="after")
-    def _check(self) -> "EvalConfig":
+    def _check(self) -> EvalConfig:
         if self.policy is None:
             raise ValueError("no policy model: pass model=<model dir> (the CHECKPOINT argument of `envace eval`), "
                              "policy.model_dir=<dir>, or policy.base_url=<url> policy.model=<name>")

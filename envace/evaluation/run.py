@@ -31,9 +31,9 @@ def resolve_model_dir(path: str | Path) -> Path:
 
 
 def run_eval(cfg: EvalConfig) -> dict[str, Any]:
+    from envace.data.tasks import load_tasks
     from envace.engines.factory import make_engine
     from envace.models.loading import load_policy, pick_device
-    from envace.data.tasks import load_tasks
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

@@ -21,11 +21,11 @@ from typing import Any
 
 from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.base import GenerationEngine
+from envace.fidelity import aggregate_by_tool, turn_fidelity
 from envace.rewards.env_reward import env_state_reward
 from envace.rewards.rule_judge import score_rule
 from envace.roles.rehearse import few_shot_triples
 from envace.rollout import run_rollout
-from envace.fidelity import aggregate_by_tool, turn_fidelity
 from envace.types import ErrorCode, Mode, Role, Task, Trajectory
 
 FEW_SHOT_POOL = 200  # training-split tasks the fidelity pass draws its Rehearse few-shot from

@@ -13,12 +13,11 @@ tokenizer; a trained model gives them ~0 probability), and a 1024-token context.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import json
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -50,7 +49,7 @@ class TinyModelConfig(BaseConfig):
                                     description="Markup tags given one token id each.")
 
     @model_validator(mode="after")
-    def _check_shapes(self) -> "TinyModelConfig":
+    def _check_shapes(self) -> TinyModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}; "
                              f"set num_kv_heads to a divisor of num_heads")

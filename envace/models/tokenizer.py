@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from envace.models.chat_template import CHAT_TEMPLATE, TEMPLATES
+from envace.models.chat_template import TEMPLATES
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"

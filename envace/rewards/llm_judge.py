@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from envace.conversation import TurnView, split_turns
 from envace.rewards.checklist import (
     ChecklistScore,
     JudgeErrorKind,
@@ -35,7 +36,6 @@ from envace.rewards.checklist import (
     score_episode,
     turn_gate,
 )
-from envace.conversation import TurnView, split_turns
 from envace.types import ChecklistItem, Message, Task, Trajectory
 
 # Plain JSON Schema of one verdict; the backend wraps it in its API's response_format (named by title).

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from envace.conversation import TurnView, contains_phrase, split_turns
 from envace.rewards.checklist import (
     ChecklistScore,
     ChecklistSet,
@@ -27,7 +28,6 @@ from envace.rewards.checklist import (
     score_episode,
     turn_gate,
 )
-from envace.conversation import TurnView, contains_phrase, split_turns
 from envace.types import ChecklistItem, Message, Task, Trajectory
 
 RULE_KINDS = ("call", "reply_contains", "call_count", "no_call")

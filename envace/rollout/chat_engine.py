@@ -16,8 +16,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.engines.base import GenRequest, GenResult
+from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.toolcall import render_tool_call
 
 

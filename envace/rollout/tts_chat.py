@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.config import RolloutConfig, SamplingConfig
+from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.rollout.chat_engine import ChatPolicyEngine
 from envace.rollout.seeds import derive_seed
 from envace.rollout.tts import tts_rollout

@@ -17,7 +17,7 @@ indexes serve the `ORDER BY ..., id` tie-break too.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -52,7 +52,7 @@ class RunStatus(str, Enum):
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _enum(cls: type[Enum], length: int = 32) -> sa.Enum:

@@ -20,6 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from envace.fidelity import ToolFidelity
 from envace.store.models import (
     ROLE_BITS,
     FidelityPair,
@@ -43,7 +44,6 @@ from envace.store.records import (
     TrajectorySummary,
     TurnRecord,
 )
-from envace.fidelity import ToolFidelity
 from envace.types import Role, TerminationReason
 
 T = TrajectoryRow

@@ -112,7 +112,7 @@ class TurnRecord:
                "trainable", "turn_id", "answers_turn", "answers_call")
 
     @classmethod
-    def from_row(cls, m: Mapping[str, Any]) -> "TurnRecord":
+    def from_row(cls, m: Mapping[str, Any]) -> TurnRecord:
         obs, real = m["observation"], m["real_observation"]
         link = None if m["answers_turn"] is None else CallRef(m["answers_turn"], m["answers_call"] or 0)
         return cls(turn_index=m["turn_index"], role=m["role"], user_turn=m["user_turn"], text=m["text"],

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from envace.store.models import ROLE_BITS, TrajectoryMode, utcnow
 from envace.fidelity import parse_rehearsed, turn_fidelity
+from envace.store.models import ROLE_BITS, TrajectoryMode, utcnow
 from envace.types import Mode, Observation, Role, TerminationReason, ToolCall, Trajectory, Turn
-
 
 # Column order of the child rows (their table's columns after `trajectory_id`, which ingest.py prepends
 # once the parent's id is known; ingest.py checks the order against the tables).

@@ -134,7 +134,7 @@ class TrajectoryWriter:
         if not self._closed:
             self.close()  # an error here is printed by the interpreter, not swallowed
 
-    def __enter__(self) -> "TrajectoryWriter":
+    def __enter__(self) -> TrajectoryWriter:
         return self
 
     def __exit__(self, *exc: Any) -> None:

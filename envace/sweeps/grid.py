@@ -87,7 +87,7 @@ class SweepConfig(BaseConfig):
                                           "per seed of that SFT model with eval_overrides, on the first axis.")
 
     @model_validator(mode="after")
-    def _check(self) -> "SweepConfig":
+    def _check(self) -> SweepConfig:
         for item in self.overrides + (self.eval_overrides or []):
             if "=" not in item:
                 raise ConfigError(f"sweep {self.name!r}: override {item!r} is not key=value; write e.g. steps=10")

@@ -71,10 +71,10 @@ def build_sft(spec: SFTSpec, threads: int | None = None) -> dict[str, Any]:
     key = sft_key(spec)
     if is_built(spec):
         return {"out": spec.out, "model": str(spec.model_dir()), "key": key, "cached": True, "wall_s": 0.0}
+    from envace.data.config import DataConfig
     from envace.models.corpus import world_corpus
     from envace.models.tiny import TinyModelConfig, init_tiny_model
     from envace.trainers.config import SFTConfig
-    from envace.data.config import DataConfig
     from envace.trainers.sft import sft
 
     out = Path(spec.out)

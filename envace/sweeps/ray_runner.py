@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import Field, model_validator
 
@@ -59,7 +60,7 @@ class RunnerConfig(BaseConfig):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables of the cells' workers.")
 
     @model_validator(mode="after")
-    def _check(self) -> "RunnerConfig":
+    def _check(self) -> RunnerConfig:
         if self.kind is RunnerKind.LOCAL and (self.address or self.auth_token_path):
             raise ConfigError("runner.address / runner.auth_token_path are set but runner.kind is local; "
                               "set runner.kind: ray to run the cells on that Ray cluster")
@@ -151,7 +152,7 @@ def ray_task_runner(cfg: RunnerConfig):
             self.runner_cfg = runner_cfg
             super().__init__(address=runner_cfg.resolved_address())
 
-        def duplicate(self) -> "EnvaceRayTaskRunner":
+        def duplicate(self) -> EnvaceRayTaskRunner:
             return type(self)(self.runner_cfg)
 
         def __enter__(self):

@@ -46,7 +46,7 @@ def tts_markdown(rows: pd.DataFrame, metric: str = MAIN_METRIC) -> str:
     if part.empty:
         return f"(no rows for {metric})"
     ns = sorted(part["N"].unique())
-    lines = [f"| model | mode | " + " | ".join(f"N={n}" for n in ns) + " |",
+    lines = ["| model | mode | " + " | ".join(f"N={n}" for n in ns) + " |",
              "|---|---|" + "---|" * len(ns)]
     for (model, mode), g in part.groupby(["model", "mode"], sort=False):
         cells = {int(r.N): _fmt(r.mean, r.ci95) for r in g.itertuples()}

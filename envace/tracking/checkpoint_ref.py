@@ -54,7 +54,7 @@ class CheckpointRef:
         return out
 
     @classmethod
-    def for_name(cls, name: str) -> "CheckpointRef":
+    def for_name(cls, name: str) -> CheckpointRef:
         """A model that is not a local directory (an OpenAI-compatible endpoint): named, not hashed."""
         return cls(model_dir=name, content_hash=f"name:{name}")
 

@@ -50,9 +50,9 @@ from mlflow.utils.validation import (  # noqa: E402
 
 from envace.config import BaseConfig, flatten  # noqa: E402
 from envace.secrets import mask_secrets, mask_text  # noqa: E402
-from envace.tracking.lifecycle import RunOutcome, outcome_of, sigterm_raises  # noqa: E402
 from envace.tracking.dvc_hash import input_hashes  # noqa: E402
 from envace.tracking.gitinfo import git_info  # noqa: E402
+from envace.tracking.lifecycle import RunOutcome, outcome_of, sigterm_raises  # noqa: E402
 
 DEFAULT_DIR = "mlruns"
 # Checkpoints up to this size (MiB, the whole step directory) are uploaded as run artifacts; larger ones

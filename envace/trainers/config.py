@@ -12,8 +12,8 @@ from pydantic import Field, model_validator
 
 from envace.config import BaseConfig, ConfigError, RolloutConfig
 from envace.data.config import DataConfig
-from envace.tracking.config import TrackingConfig
 from envace.engines.slots import ModelSlot
+from envace.tracking.config import TrackingConfig
 
 
 class AlgoConfig(BaseConfig):
@@ -35,7 +35,7 @@ class AlgoConfig(BaseConfig):
     grad_noise_scale: bool = Field(True, description="Log the gradient noise scale tr(Sigma)/|G|^2, in prompts, from a random split-half of each step's prompts (one gradient copy per micro-batch).")
 
     @model_validator(mode="after")
-    def _check_names(self) -> "AlgoConfig":
+    def _check_names(self) -> AlgoConfig:
         # The valid names are whatever the algos registries hold (a newly registered estimator is usable
         # at once); imported here, not at module top, so this module imports without torch.
         from envace.algos import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
@@ -51,7 +51,7 @@ class AlgoConfig(BaseConfig):
         return self
 
     @model_validator(mode="after")
-    def _check_reuse(self) -> "AlgoConfig":
+    def _check_reuse(self) -> AlgoConfig:
         if self.loss == "vanilla_pg" and (self.ppo_epochs > 1 or self.ppo_mini_batches > 1):
             raise ConfigError(
                 f"algo.loss='vanilla_pg' has no importance ratio, so algo.ppo_epochs={self.ppo_epochs} / "
@@ -131,7 +131,7 @@ class TrainConfig(BaseConfig):
     progress: bool = Field(True, description="Show a progress bar.")
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainConfig":
+    def _check(self) -> TrainConfig:
         if self.rollout.mode == "simulator" and not self.rollout.simulator_model:
             raise ConfigError("rollout.mode='simulator' needs rollout.simulator_model=DIR (the frozen simulator model)")
         if self.reward == "env_state" and self.rollout.mode == "rehearse":

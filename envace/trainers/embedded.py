@@ -28,22 +28,22 @@ from typing import Any
 
 import torch
 
+from envace.data.tasks import load_tasks
 from envace.engines.factory import engine_name, make_engine
 from envace.models.loading import load_policy, pick_device
 from envace.rollout import derive_seed, run_rollout
+from envace.tracking.gitinfo import git_commit
 from envace.trainers.checkpoint import latest_checkpoint, load_optimizer_states, save_checkpoint
 from envace.trainers.config import TrainConfig
 from envace.trainers.dynamic_sampling import SampledBatch, informative_groups, sample_with_refill
 from envace.trainers.metrics import step_metrics
 from envace.trainers.prompt_style import warn_on_style_mismatch
 from envace.trainers.rewarding import RewardScorer
-from envace.trainers.train_rows import TrainRow, assign_advantages, build_rows
+from envace.trainers.run_tracker import RunTracker
 from envace.trainers.schedule import lr_at, set_lr
 from envace.trainers.shadow import shadow_metrics, shadow_replay
-from envace.trainers.run_tracker import RunTracker
+from envace.trainers.train_rows import TrainRow, assign_advantages, build_rows
 from envace.trainers.update import policy_update, role_rows
-from envace.data.tasks import load_tasks
-from envace.tracking.gitinfo import git_commit
 from envace.types import Mode, Role, Task, Trajectory
 
 
@@ -82,7 +82,7 @@ class _Policy:
         return rows if name == "policy" else role_rows(rows, Role(name))
 
 
-def update_models(policy: "_Policy", rows, cfg: TrainConfig, step: int = 0) -> dict:
+def update_models(policy: _Policy, rows, cfg: TrainConfig, step: int = 0) -> dict:
     """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps per model (one by default); with a
     per-role policy each model sees only its own role's rows. `step` seeds the mini-batch shuffle."""
     updates = {}
@@ -115,7 +115,7 @@ def sample_step_tasks(pool: list[Task], cfg: TrainConfig, step: int) -> list[Tas
     return rng.sample(pool, min(cfg.prompts_per_step, len(pool)))
 
 
-def rollout_step(pool: list[Task], cfg: TrainConfig, step: int, policy: "_Policy", mode: Mode,
+def rollout_step(pool: list[Task], cfg: TrainConfig, step: int, policy: _Policy, mode: Mode,
                  scorer: RewardScorer, env_factory, simulator) -> SampledBatch:
     """Roll out and score the step's groups; with dynamic sampling, refill until enough carry signal."""
 

@@ -34,7 +34,6 @@ from envace.engines.logprobs import token_logprobs
 from envace.trainers.train_rows import TrainRow
 from envace.types import Role
 
-
 # Cost of one attended (query, key) pair under an explicit mask, relative to one token's dense work
 # (projections, MLP): measured on the tiny model on one CPU core (~0.45 us per pair vs ~0.4 ms per token
 # forward + backward). A task's tree is used only where N + TREE_PAIR_COST * N^2 < its chains' tokens.

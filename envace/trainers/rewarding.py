@@ -37,7 +37,7 @@ class RewardScorer:
         self._judge_seen: dict[str, float] = {}
 
     @classmethod
-    def from_config(cls, cfg: Any, device: str | None = None) -> "RewardScorer":
+    def from_config(cls, cfg: Any, device: str | None = None) -> RewardScorer:
         """The scorer of a `TrainConfig`; for reward=checklist_llm its judge is built here, once (a local judge
         model is loaded on `device`; an endpoint's API key is read from `judge.api_key_env` now)."""
         judge = None

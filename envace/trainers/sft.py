@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
+from envace.data.tasks import load_tasks
 from envace.models.loading import load_policy, pick_device, save_model
 from envace.roles.act import act_prompt_ids
 from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids, render_execution_result
-from envace.data.tasks import load_tasks
 from envace.trainers.config import SFTConfig
 from envace.types import Message, Role, Task
 

@@ -50,7 +50,7 @@ class TrainRow:
     @classmethod
     def standalone(cls, *, role: Role, prompt_ids: list[int], response_ids: list[int], old_logprobs: list[float],
                    temperature: float, prompt_index: int, trajectory_key: int, reward: float,
-                   advantage: float = 0.0) -> "TrainRow":
+                   advantage: float = 0.0) -> TrainRow:
         """A row over a fresh turn of its own, for callers without a rollout (benchmarks of the update, tests)."""
         turn = Turn(role=role, prompt_ids=prompt_ids, response_ids=response_ids, logprobs=old_logprobs, text="",
                     temperature=temperature, advantage=advantage)

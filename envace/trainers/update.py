@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from envace.algos import aggregate, kl_penalty, POLICY_LOSSES
+from envace.algos import POLICY_LOSSES, aggregate, kl_penalty
 from envace.trainers.config import AlgoConfig
 from envace.trainers.noise_scale import NoiseAccumulator, split_half
 from envace.trainers.packing import Pack, PackMode, micro_batches, pack_rows, packed_logprobs, tree_mask_kind

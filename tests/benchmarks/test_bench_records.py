@@ -13,8 +13,15 @@ import numpy as np
 import pytest
 
 from envace.benchmarks.base import BenchmarkResult, CategoryScore, jsonable
-from envace.benchmarks.errors import (StagedPolicy, StageTracker, TaskError, TaskStage, failed_record, summarize,
-                                      summary_line)
+from envace.benchmarks.errors import (
+    StagedPolicy,
+    StageTracker,
+    TaskError,
+    TaskStage,
+    failed_record,
+    summarize,
+    summary_line,
+)
 from envace.engines.reply import AssistantReply
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from envace.engines.reply import AssistantReply
 from envace.benchmarks.bfcl.benchmark import run_entry
 from envace.benchmarks.bfcl.data import load_category
 from envace.benchmarks.bfcl.gold import BFCLGoldPolicy
 from envace.benchmarks.bfcl.runner import make_handler, position
+from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
 pytestmark = pytest.mark.usefixtures("bfcl_modules")

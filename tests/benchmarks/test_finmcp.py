@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from envace.engines.reply import AssistantReply
 from envace.benchmarks.finmcp.benchmark import FinMCPBenchmark
 from envace.benchmarks.finmcp.data import FinMCPDataError, load_records, load_tool_schemas
 from envace.benchmarks.finmcp.replay import MISS_PAYLOAD
+from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
 

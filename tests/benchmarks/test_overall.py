@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
-from envace.engines.reply import AssistantReply
 from envace.benchmarks.overall import overall_report
 from envace.benchmarks.run import run_benchmarks
+from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
 

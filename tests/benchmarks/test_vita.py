@@ -18,10 +18,10 @@ import textwrap
 
 import pytest
 
-from envace.engines.reply import AssistantReply
 from envace.benchmarks.vita.benchmark import VitaBenchmark
 from envace.benchmarks.vita.data import VitaDataError, VitaTask, load_tasks, rubrics_of
 from envace.benchmarks.vita.judge import RubricJudge, format_window, sliding_windows
+from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
 TOY_ENV = '''

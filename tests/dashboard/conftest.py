@@ -26,8 +26,19 @@ from envace.store.synthetic import synthetic_trajectory
 from envace.store.writer import TrajectoryWriter
 from envace.sweeps.results import summarize
 from envace.tracking.mlflow_run import resolve_tracking_uri, start_run
-from envace.types import (CallRef, ChecklistItem, Message, Mode, Observation, Role, Task, TerminationReason, ToolCall,
-                          Trajectory, Turn)
+from envace.types import (
+    CallRef,
+    ChecklistItem,
+    Message,
+    Mode,
+    Observation,
+    Role,
+    Task,
+    TerminationReason,
+    ToolCall,
+    Trajectory,
+    Turn,
+)
 
 XSS = "<script>alert(1)</script>"
 HTML = "<b>bold</b>"

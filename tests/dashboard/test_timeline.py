@@ -3,10 +3,19 @@ links, diffs."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from dashboard.timeline import (ActBlock, OtherBlock, UserBlock, line_diff, observation_value, pretty, timeline,
-                                tokens_by_role, turn_rows)
+from dashboard.timeline import (
+    ActBlock,
+    OtherBlock,
+    UserBlock,
+    line_diff,
+    observation_value,
+    pretty,
+    timeline,
+    tokens_by_role,
+    turn_rows,
+)
 from envace.store.models import TrajectoryMode
 from envace.store.records import FidelityRecord, TrajectoryRecord, TrajectorySummary, TurnRecord
 from envace.types import CallRef, ErrorCode, Mode, Observation, Role, ToolCall
@@ -24,7 +33,7 @@ def record(turns, pairs=()) -> TrajectoryRecord:
     s = TrajectorySummary(id=1, run_id="r", step=0, split="train", mode=TrajectoryMode.TRAIN,
                           rollout_mode=Mode.REHEARSE, prompt_id="p", prompt_index=0, sample_index=0, domain="",
                           reward=1.0, termination=None, n_turns=len(turns), n_tool_calls=0, env_calls=0,
-                          created_at=datetime.now(timezone.utc))
+                          created_at=datetime.now(UTC))
     return TrajectoryRecord(s, None, list(turns), [], list(pairs))
 
 

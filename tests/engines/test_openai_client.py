@@ -12,8 +12,8 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.engines.openai_client import ChatClientError, OpenAIChatClient, OpenAIPolicy, parse_choice
+from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.engines.server import background_server
 from envace.types import ErrorCode, ToolCall
 

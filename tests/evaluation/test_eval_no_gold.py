@@ -7,14 +7,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from test_paired import GoldEngine  # the gold-replay engine of the paired-evaluation tests
+
 from envace.config import RolloutConfig, SamplingConfig
 from envace.evaluation.paired import held_out_tasks
 from envace.evaluation.world import evaluate_world
 from envace.models.loading import load_policy
 from envace.rollout import run_rollout
 from envace.types import Message, Mode
-
-from test_paired import GoldEngine  # the gold-replay engine of the paired-evaluation tests
 
 CANARY = "CANARY-5e1f"
 

@@ -11,8 +11,19 @@ import pytest
 
 from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.base import GenResult
-from envace.evaluation.paired import (Split, TaskScores, compare, held_out_tasks, mean_interval, paired_bootstrap,
-                                      paired_t, pass_at_k, per_task_pass_at_k, score_tasks, tasks_for_half_width)
+from envace.evaluation.paired import (
+    Split,
+    TaskScores,
+    compare,
+    held_out_tasks,
+    mean_interval,
+    paired_bootstrap,
+    paired_t,
+    pass_at_k,
+    per_task_pass_at_k,
+    score_tasks,
+    tasks_for_half_width,
+)
 from envace.evaluation.world import evaluate_world
 from envace.models.loading import load_policy
 from envace.trainers.sft import _act_targets

@@ -26,7 +26,6 @@ def main(hf_dir: str, out_dir: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
     dist.init_process_group("gloo")

@@ -11,11 +11,11 @@ import re
 
 import pytest
 
+from envace.conversation import split_turns
 from envace.rewards import JudgeSettings, LLMJudge, RewardSource, score_rule, score_trajectory
 from envace.rewards.checklist import JudgeErrorKind
 from envace.rewards.llm_judge import VERDICT_SCHEMA, parse_verdict
 from envace.rewards.rule_judge import check_rule
-from envace.conversation import split_turns
 from envace.types import TerminationReason, ToolCall
 from envace.worlds import generate_tasks
 

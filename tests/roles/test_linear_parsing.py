@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 
 from envace.execution_result import parse_execution_result
+from envace.fidelity import parse_rehearsed
 from envace.roles.act import parse_act
 from envace.toolcall import parse_tool_calls, tool_schema
-from envace.fidelity import parse_rehearsed
 
 TOOLS = [tool_schema("get_stock", {"item": {"type": "string"}})]
 CALL = '<tool_call>{"name": "get_stock", "arguments": {"item": "apple"}}</tool_call>'

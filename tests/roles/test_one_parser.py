@@ -10,10 +10,10 @@ import json
 import pytest
 
 from envace.execution_result import parse_execution_result
+from envace.fidelity import fidelity_metrics, parse_rehearsed
 from envace.roles import rehearse
 from envace.store.models import TrajectoryMode
 from envace.store.rows import PAIR_COLUMNS, TURN_COLUMNS, to_bundle
-from envace.fidelity import fidelity_metrics, parse_rehearsed
 from envace.types import Mode, Observation, Role, Task, ToolCall, Trajectory, Turn
 
 REAL = {"item": "apple", "stock": 5}

@@ -8,10 +8,6 @@ from envace.roles.act import act_prompt_ids
 from envace.rollout import run_rollout
 from envace.types import Mode, Role, TerminationReason
 
-
-
-
-
 CFG = RolloutConfig(act=SamplingConfig(temperature=1.0, max_new_tokens=12),
                     rehearse=SamplingConfig(temperature=1.0, max_new_tokens=12),
                     max_assistant_turns=2, max_context_tokens=2048)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import inspect
 import json
 
-from envace.engines.reply import AssistantReply
 from envace.config import RolloutConfig, SamplingConfig
+from envace.engines.reply import AssistantReply
 from envace.roles.prompts import SEC_CURRENT
 from envace.rollout.chat_engine import openai_messages
 from envace.rollout.tts import TTSConfig

@@ -14,11 +14,11 @@ import math
 
 from dashboard.timeline import ActBlock, timeline
 from envace.config import RolloutConfig, SamplingConfig
+from envace.fidelity import turn_fidelity
 from envace.rollout import run_rollout
 from envace.store.query import get_trajectory, list_trajectories
 from envace.store.session import read_only_session
 from envace.store.writer import TrajectoryWriter
-from envace.fidelity import turn_fidelity
 from envace.trainers.train_rows import assign_advantages, build_rows
 from envace.types import CallRef, ErrorCode, Observation, Role, ToolCall
 

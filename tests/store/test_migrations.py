@@ -7,8 +7,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from envace.store.models import Base
 from envace.store import tts_models  # noqa: F401  (registers the TTS tables on Base.metadata)
+from envace.store.models import Base
 from envace.store.session import (
     MIGRATIONS_DIR,
     current_revision,

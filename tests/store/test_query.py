@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 
+from envace.fidelity import fidelity_metrics
 from envace.store.models import TrajectoryMode, TrajectoryRow
 from envace.store.query import (
     TrajectoryFilter,
@@ -24,7 +25,6 @@ from envace.store.runs import RunInfo
 from envace.store.session import make_engine, read_only_session
 from envace.store.synthetic import WORDS, synthetic_trajectory
 from envace.store.writer import TrajectoryWriter
-from envace.fidelity import fidelity_metrics
 from envace.types import Role, TerminationReason
 
 RUNS = ("run-1", "run-2", "run-3")

@@ -7,8 +7,15 @@ from pathlib import Path
 import pytest
 
 from envace.config import ConfigError, load_config
-from envace.sweeps.cells import (calls_endpoint, eval_metrics, executions, prepare_cell_dir, resolve_cell_config,
-                                 run_cell, train_metrics)
+from envace.sweeps.cells import (
+    calls_endpoint,
+    eval_metrics,
+    executions,
+    prepare_cell_dir,
+    resolve_cell_config,
+    run_cell,
+    train_metrics,
+)
 from envace.sweeps.grid import CellSpec
 from envace.trainers.config import TrainConfig
 

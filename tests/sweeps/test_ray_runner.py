@@ -8,8 +8,7 @@ import pytest
 
 from envace.config import ConfigError
 from envace.sweeps.grid import SweepConfig
-from envace.sweeps.ray_runner import (RunnerConfig, RunnerKind, cell_resources, placement, use_token_auth,
-                                      worker_env)
+from envace.sweeps.ray_runner import RunnerConfig, RunnerKind, cell_resources, placement, use_token_auth, worker_env
 
 
 def test_default_runner_is_the_local_pool():

@@ -9,7 +9,7 @@ import pytest
 from envace.config import ConfigError
 from envace.sweeps.schedule import next_fire_times, validate_cron
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def test_daily_cron_fires_at_the_next_03_00():

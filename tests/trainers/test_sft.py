@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
+from envace.data.config import DataConfig
 from envace.models.loading import load_policy
 from envace.trainers.config import SFTConfig
-from envace.data.config import DataConfig
 from envace.trainers.sft import Sample, act_samples, build_samples, collate, draw_batch, packed_act_sample, sft
 from envace.types import Role
 from envace.worlds.generator import generate_tasks

@@ -21,10 +21,10 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from envace.conversation import is_error_result, split_turns
 from envace.engines.server import background_server
 from envace.rewards.checklist import JudgeErrorKind
 from envace.rewards.llm_judge import render_transcript
-from envace.conversation import is_error_result, split_turns
 from envace.trainers import rewarding
 from envace.trainers.config import TrainConfig
 from envace.trainers.embedded import train

@@ -14,8 +14,8 @@ from envace.config import ConfigError
 from envace.models.loading import load_policy
 from envace.trainers.config import AlgoConfig
 from envace.trainers.noise_scale import NoiseAccumulator, split_half
-from envace.trainers.update import policy_update, split_mini_batches
 from envace.trainers.packing import pack_rows
+from envace.trainers.update import policy_update, split_mini_batches
 
 
 def _with_advantages(rows):

@@ -24,13 +24,14 @@ pytestmark = pytest.mark.verl
 @pytest.fixture(scope="session")
 def verl_api():
     """The plugin (it registers envace) and the verl classes the tests use."""
-    from envace.trainers import verl_plugin
     from verl.experimental.agent_loop import agent_loop
     from verl.protocol import DataProto
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1 import trainer_base
     from verl.utils.dataset.rl_dataset import RLHFDataset
     from verl.workers.rollout.replica import TokenOutput
+
+    from envace.trainers import verl_plugin
 
     assert verl_plugin.SKIPPED == {}, verl_plugin.SKIPPED
     return {"agent_loop": agent_loop, "DataProto": DataProto, "core_algos": core_algos, "trainer_base": trainer_base,

@@ -11,8 +11,13 @@ import pytest
 import torch
 
 from envace.algos import role_grpo_advantages
-from envace.trainers.verl.advantage import (ESTIMATOR, apply_role_advantages, role_qualified_uid, row_key_parts,
-                                            split_role_uid)
+from envace.trainers.verl.advantage import (
+    ESTIMATOR,
+    apply_role_advantages,
+    role_qualified_uid,
+    row_key_parts,
+    split_role_uid,
+)
 from envace.types import Role
 
 pytestmark = pytest.mark.verl

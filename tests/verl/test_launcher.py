@@ -15,8 +15,16 @@ from omegaconf import OmegaConf
 
 from envace.config import ConfigError, load_config
 from envace.trainers.verl.config import LoopSettings, VerlLaunchConfig
-from envace.trainers.verl.launcher import (AGENT_LOOPS_YAML, PLUGIN_MODULE, REWARD_FILE, build_overrides,
-                                           compose_verl_config, hydra_value, launch_verl, main)
+from envace.trainers.verl.launcher import (
+    AGENT_LOOPS_YAML,
+    PLUGIN_MODULE,
+    REWARD_FILE,
+    build_overrides,
+    compose_verl_config,
+    hydra_value,
+    launch_verl,
+    main,
+)
 
 pytestmark = pytest.mark.verl
 

@@ -19,12 +19,20 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_role_temperatures import (  # noqa: F401
+    ACT_T,
+    REHEARSE_T,
+    _EngineWorkers,
+    embedded_logprobs,
+    fetch,
+    sampled_rows,
+    store_rows,
+    tiny_policy,
+)
 
 from envace.config import load_config
 from envace.trainers.verl.config import LoopSettings, VerlLaunchConfig
 from envace.trainers.verl.launcher import build_overrides, compose_verl_config
-from test_role_temperatures import (ACT_T, REHEARSE_T, _EngineWorkers, embedded_logprobs, fetch,  # noqa: F401
-                                    sampled_rows, store_rows, tiny_policy)
 
 pytestmark = pytest.mark.verl
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "verl" / "qwen3_8b_cm2.yaml"
@@ -98,11 +106,11 @@ class _Recorder:
 
 
 def test_setup_builds_the_rehearse_actor_then_loads_both(verl_api, verl_config_factory, monkeypatch):
-    from envace.trainers.verl import trainer as envace_trainer
-    from envace.trainers.verl.per_role import (REHEARSE_POOL, PairedCheckpointManagers, RoleClients,
-                                               RoleGroups)
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from envace.trainers.verl import trainer as envace_trainer
+    from envace.trainers.verl.per_role import REHEARSE_POOL, PairedCheckpointManagers, RoleClients, RoleGroups
 
     base = envace_trainer._base
     log: list = []

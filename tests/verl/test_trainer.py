@@ -123,7 +123,8 @@ def test_other_estimators_use_verls_step(verl_api, verl_config_factory, monkeypa
 
 
 def test_trainer_is_registered(verl_api):
-    from envace.trainers.verl.trainer import EnvaceTrainer
     from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
+
+    from envace.trainers.verl.trainer import EnvaceTrainer
 
     assert get_trainer_cls("envace") is EnvaceTrainer and issubclass(EnvaceTrainer, PPOTrainerSync)

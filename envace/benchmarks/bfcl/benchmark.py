@@ -30,14 +30,22 @@ from pathlib import Path
 from typing import Any
 
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
-from envace.engines.reply import BenchPolicy
 from envace.benchmarks.bfcl.compat import CHECKER_MODEL, load_bfcl
-from envace.benchmarks.bfcl.data import (AGENTIC, MEMORY_OFFLINE, NOT_RUNNABLE, NOT_RUNNABLE_REASON, RUNNABLE,
-                                         BFCLEntry, category_kind, load_category)
+from envace.benchmarks.bfcl.data import (
+    AGENTIC,
+    MEMORY_OFFLINE,
+    NOT_RUNNABLE,
+    NOT_RUNNABLE_REASON,
+    RUNNABLE,
+    BFCLEntry,
+    category_kind,
+    load_category,
+)
 from envace.benchmarks.bfcl.memory import run_memory_sample
 from envace.benchmarks.bfcl.runner import infer, make_handler, release_instances
 from envace.benchmarks.bfcl.scoring import AGENTIC_SHARE, OFFLINE_SHARE, aggregate, score_entry
 from envace.benchmarks.errors import TaskError, TaskStage, failed_record
+from envace.engines.reply import BenchPolicy
 
 CHECKER_EXCEPTION = "envace:checker_exception"  # BFCL's checker raised on this output; scored invalid
 OVERALL_DEFINITION = (f"BFCL-v4 leaderboard weights renormalised over the {OFFLINE_SHARE:.1%} that runs offline: "

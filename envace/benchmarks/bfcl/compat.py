@@ -27,7 +27,7 @@ import types
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 TESTED_VERSION = "2026.3.23"
 # The registry key whose settings match how we query models: OpenAI chat completions with tools.
@@ -52,8 +52,8 @@ class _StandInModelConfig:
     org: str
     license: str
     model_handler: Any
-    input_price: Optional[float] = None
-    output_price: Optional[float] = None
+    input_price: float | None = None
+    output_price: float | None = None
     is_fc_model: bool = True
     underscore_to_dot: bool = False
 

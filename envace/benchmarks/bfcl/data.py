@@ -15,7 +15,7 @@ the leaderboard, is in no group.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from envace.benchmarks.bfcl.compat import load_bfcl
@@ -68,7 +68,7 @@ class BFCLEntry:
         return category_kind(self.category)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_all(category: str) -> tuple[BFCLEntry, ...]:
     """Every entry of a category, read once per process (BFCL re-reads the function-doc files for every
     multi-turn entry, ~2 s per category). Entries are shared: callers deep-copy before mutating."""
@@ -99,7 +99,7 @@ def load_category(category: str, limit: int | None = None) -> list[BFCLEntry]:
     return list(entries if limit is None else entries[:limit])
 
 
-@lru_cache(maxsize=None)
+@cache
 def category_size(category: str) -> int:
     """Entries in the full category, agentic ones included (the leaderboard weights a category that was
     not run by its full size)."""

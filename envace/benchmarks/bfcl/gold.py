@@ -22,8 +22,8 @@ import ast
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from envace.engines.reply import AssistantReply
 from envace.benchmarks.bfcl.data import IRRELEVANCE, BFCLEntry
+from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
 WRONG = "envace_wrong_value"

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable
 from copy import deepcopy
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from envace.benchmarks.bfcl.data import BFCLEntry
 RUNNABLE_MEMORY = ("memory_kv", "memory_rec_sum")
 
 
-@lru_cache(maxsize=None)
+@cache
 def prerequisites(category: str) -> dict[str, tuple[BFCLEntry, ...]]:
     """{scenario: its prerequisite conversations in dependency order} of a memory category (as the model
     sees them: language hints included). Entries are shared: callers copy before mutating."""

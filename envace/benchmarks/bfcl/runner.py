@@ -34,10 +34,10 @@ from copy import deepcopy
 from functools import lru_cache
 from typing import Any
 
-from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.benchmarks.bfcl.compat import load_bfcl
 from envace.benchmarks.bfcl.data import BFCLEntry
 from envace.benchmarks.errors import StageTracker, TaskStage
+from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.rollout.seeds import derive_seed
 
 

@@ -32,8 +32,17 @@ from copy import deepcopy
 from typing import Any
 
 from envace.benchmarks.bfcl.compat import CHECKER_MODEL, load_bfcl
-from envace.benchmarks.bfcl.data import (IRRELEVANCE, LIVE_AST, MEMORY, MEMORY_OFFLINE, MULTI_TURN, NON_LIVE_AST,
-                                         WEB_SEARCH, BFCLEntry, category_size)
+from envace.benchmarks.bfcl.data import (
+    IRRELEVANCE,
+    LIVE_AST,
+    MEMORY,
+    MEMORY_OFFLINE,
+    MULTI_TURN,
+    NON_LIVE_AST,
+    WEB_SEARCH,
+    BFCLEntry,
+    category_size,
+)
 
 LEADERBOARD_WEIGHTS: dict[str, float] = {"non_live": 10, "live": 10, "irrelevance": 10, "multi_turn": 30,
                                          "agentic": 40}

@@ -19,10 +19,10 @@ from typing import Any
 
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
 from envace.benchmarks.errors import StagedPolicy, StageTracker, failed_record
-from envace.engines.reply import BenchPolicy
 from envace.benchmarks.finmcp.data import FinMCPRecord, load_records, load_tool_schemas, synthesise_schemas
 from envace.benchmarks.finmcp.metrics import SampleCounts, aggregate, breakdown, tool_names
 from envace.benchmarks.finmcp.replay import teacher_forced
+from envace.engines.reply import BenchPolicy
 
 OVERALL_DEFINITION = "macro tool F1 (mean over samples of the tool-name multiset F1); micro and EMR in groups"
 

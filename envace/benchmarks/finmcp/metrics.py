@@ -33,7 +33,7 @@ class SampleCounts:
     exact: bool
 
     @classmethod
-    def of(cls, pred: list[str], gold: list[str]) -> "SampleCounts":
+    def of(cls, pred: list[str], gold: list[str]) -> SampleCounts:
         p, g = Counter(pred), Counter(gold)
         return cls(sum((p & g).values()), sum((p - g).values()), sum((g - p).values()), pred == gold)
 

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace.engines.reply import BenchPolicy
 from envace.benchmarks.finmcp.data import FinMCPRecord
+from envace.engines.reply import BenchPolicy
 from envace.rollout.seeds import derive_seed
 from envace.types import ToolCall
 

@@ -17,8 +17,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.benchmarks.tau2.loader import Tau2Modules
+from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.rollout.seeds import derive_seed
 
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from envace.engines.reply import BenchPolicy
 from envace.benchmarks.vita.data import VitaTask
 from envace.engines.chat_model import extract_json
+from envace.engines.reply import BenchPolicy
 
 FALLBACK_TEMPLATE = """You judge a conversation between a user and a service agent, one window of it at a time \
 (window {window_idx} of {total_windows}). Environment: {env_info}. The user's goal: {user_instruction}

@@ -23,11 +23,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace.engines.reply import BenchPolicy
 from envace.benchmarks.errors import StagedPolicy, StageTracker, TaskError, TaskStage
 from envace.benchmarks.vita.checkout import VitaCheckout
 from envace.benchmarks.vita.data import VitaTask
 from envace.benchmarks.vita.judge import RubricJudge, weekday
+from envace.engines.reply import BenchPolicy
 from envace.rollout.seeds import derive_seed
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"

@@ -14,8 +14,8 @@ from logging.config import fileConfig
 import sqlalchemy as sa
 from alembic import context
 
-from envace.store.models import Base
 from envace.store import tts_models  # noqa: F401  (registers the TTS tables on Base.metadata)
+from envace.store.models import Base
 from envace.store.session import make_engine
 
 config = context.config

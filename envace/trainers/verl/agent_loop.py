@@ -30,12 +30,12 @@ from typing import Any
 from uuid import uuid4
 
 from envace.rollout import derive_seed
-from envace.types import Role
 from envace.trainers.verl.bridge import CompletionsEngine, ServerBridgeEngine
 from envace.trainers.verl.config import LoopSettings
 from envace.trainers.verl.dataset import AGENT_NAME, plain, task_from_sample
 from envace.trainers.verl.deps import require
 from envace.trainers.verl.episode import episode_outputs, rollout_config, run_episode
+from envace.types import Role
 
 _agent_loop = require("verl.experimental.agent_loop.agent_loop")
 logger = logging.getLogger(__name__)

@@ -65,7 +65,7 @@ class LoopSettings(BaseConfig):
     threads: int = Field(256, ge=1, description="Episode threads per agent-loop worker (mostly waiting on the server).")
 
     @model_validator(mode="after")
-    def _check(self) -> "LoopSettings":
+    def _check(self) -> LoopSettings:
         if self.mode == "simulator" and self.simulator is None:
             raise ConfigError("envace.mode='simulator' needs envace.simulator.base_url and envace.simulator.model "
                               "(the frozen simulator's OpenAI-compatible endpoint)")
@@ -78,7 +78,7 @@ class LoopSettings(BaseConfig):
         return self
 
     @classmethod
-    def from_verl(cls, config: Any) -> "LoopSettings":
+    def from_verl(cls, config: Any) -> LoopSettings:
         """Read the `envace:` section of a verl DictConfig (absent = all defaults)."""
         from omegaconf import OmegaConf
 
@@ -147,7 +147,7 @@ class VerlLaunchConfig(BaseConfig):
     overrides: list[str] = Field(default_factory=list, description="Extra raw Hydra overrides, appended last.")
 
     @model_validator(mode="after")
-    def _check(self) -> "VerlLaunchConfig":
+    def _check(self) -> VerlLaunchConfig:
         total = self.train_batch_size * self.n
         gpus = self.nnodes * self.n_gpus_per_node
         if total % gpus:
@@ -172,7 +172,7 @@ class VerlLaunchConfig(BaseConfig):
         return self
 
 
-def per_role_resources(cfg: "VerlLaunchConfig") -> str:
+def per_role_resources(cfg: VerlLaunchConfig) -> str:
     """What `policy=per_role` costs on the cluster (printed by the dry run; docs/gpu.md, 'Per-role policy')."""
     pool = cfg.nnodes * cfg.n_gpus_per_node
     return (f"policy=per_role: the Rehearse actor gets its own pool of {cfg.nnodes} x {cfg.n_gpus_per_node} = {pool} "

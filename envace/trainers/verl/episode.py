@@ -26,9 +26,9 @@ from typing import Any
 from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.base import GenerationEngine, logprob_temperature
 from envace.rewards import JudgeSettings, LLMJudge
-from envace.trainers.rewarding import RewardScorer
 from envace.rollout import run_rollout
-from envace.trainers.verl.config import EndpointConfig, LoopSettings
+from envace.trainers.rewarding import RewardScorer
+from envace.trainers.verl.config import LoopSettings
 from envace.types import Environment, Mode, Task, Trajectory
 
 

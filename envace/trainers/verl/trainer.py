@@ -36,10 +36,21 @@ from omegaconf import open_dict
 from envace.trainers.verl.advantage import ESTIMATOR, apply_role_advantages
 from envace.trainers.verl.config import LoopSettings
 from envace.trainers.verl.deps import require
-from envace.trainers.verl.per_role import (REHEARSE_POOL, PairedCheckpointManagers, RoleClients, RoleGroups,
-                                           batch_roles, join_parts, split_by_role)
-from envace.trainers.verl.temperature import (TEMPERATURE_FIELD, RowTemperatureGroup, row_temperatures,
-                                              uniform_temperature)
+from envace.trainers.verl.per_role import (
+    REHEARSE_POOL,
+    PairedCheckpointManagers,
+    RoleClients,
+    RoleGroups,
+    batch_roles,
+    join_parts,
+    split_by_role,
+)
+from envace.trainers.verl.temperature import (
+    TEMPERATURE_FIELD,
+    RowTemperatureGroup,
+    row_temperatures,
+    uniform_temperature,
+)
 
 TRAINER_MODE = "envace"
 
