@@ -61,7 +61,8 @@ def main() -> None:
         save_med, verify_med = statistics.median(save_s), statistics.median(verify_s)
         print(f"checkpoint size            {size / 1e6:.1f} MB ({args.saves} saves)")
         print(f"save_checkpoint (baseline) median {save_med * 1e3:.0f} ms")
-        print(f"verify_checkpoint          median {verify_med * 1e3:.0f} ms  ratio verify/save {verify_med / save_med:.2f}")
+        print(f"verify_checkpoint          median {verify_med * 1e3:.0f} ms  "
+              f"ratio verify/save {verify_med / save_med:.2f}")
         print(f"latest_checkpoint, newest truncated: {fallback_s * 1e3:.0f} ms -> fell back to {fallback.path.name}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

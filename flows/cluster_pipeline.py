@@ -81,7 +81,8 @@ def cluster_pipeline(config: str | None = None, overrides: list[str] | None = No
             launch = None
             if cfg.train.mode is not TrainMode.SKIP:
                 with start_run(uri, cfg.experiment, "verl-train", {"train": cfg.train.model_dump(mode="json")},
-                               parent_run_id=parent.run_id, tags={"envace.kind": "train", "envace.backend": "verl"}) as run:
+                               parent_run_id=parent.run_id,
+                               tags={"envace.kind": "train", "envace.backend": "verl"}) as run:
                     summary["train"] = train_task(cfg, data, run.run_id)
                     run.set_tags({"envace.train_mode": cfg.train.mode.value})
                 launch = summary["train"]

@@ -101,4 +101,5 @@ def evaluate_checkpoint(model: str | None = None, benchmarks: list[str] | None =
         run.set_tags({"envace.failed_benchmarks": ",".join(sorted(failed))})
     if failed:
         logger.error("benchmarks failed: %s", "; ".join(f"{b}: {e}" for b, e in failed.items()))
-    return {"model": model or name, "results": results, "failed": failed, "mlflow_run_id": run.run_id, "out_dir": str(out)}
+    return {"model": model or name, "results": results, "failed": failed, "mlflow_run_id": run.run_id,
+            "out_dir": str(out)}

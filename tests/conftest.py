@@ -1,4 +1,5 @@
-"""Shared fixtures: a small chat-shaped corpus, its tokenizer and one tiny model dir per session (used by the model and engine tests)."""
+"""Shared fixtures: a small chat-shaped corpus, its tokenizer and one tiny model dir per session (used by the model
+and engine tests)."""
 
 from __future__ import annotations
 
@@ -33,4 +34,5 @@ def tiny_dir(tmp_path_factory, corpus):
     torch.set_num_threads(1)
     from envace.models.tiny import TinyModelConfig, init_tiny_model
 
-    return init_tiny_model(corpus, tmp_path_factory.mktemp("tiny") / "model", TinyModelConfig(seed=0, extra_tokens=[], tool_format="json"))
+    return init_tiny_model(corpus, tmp_path_factory.mktemp("tiny") / "model",
+                           TinyModelConfig(seed=0, extra_tokens=[], tool_format="json"))

@@ -127,9 +127,10 @@ def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, 
     for name in names:
         result = get_benchmark(name, **plans[name]).run(agent, limit=limit, k=k, seed=seed)
         if isinstance(agent, TTSPolicy):
+            before = "each new user message" if agent.options.rehearse_at == "every" else "the first query"
             result.departures.append(f"test-time rehearsal: N={tts_n} ({tts_mode}); private rehearsals are Act + "
                                      "Rehearse episodes of the policy itself (no environment, no few-shot) before "
-                                     f"{'each new user message' if agent.options.rehearse_at == 'every' else 'the first query'} "
+                                     f"{before} "
                                      "of each episode; the memory is appended to the system prompt")
             result.departures += [f"TTS: {note}" for note in agent.notes]
             mine = {key: reh.summary() for key, reh in agent.rehearsals.items() if key.startswith(f'["{name}"')}

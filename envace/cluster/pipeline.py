@@ -54,7 +54,8 @@ class PipelineStopped(RuntimeError):
 
 
 class DataStep(BaseConfig):
-    enabled: bool = Field(True, description="Export and version a tool-world snapshot (False: use train.config's files).")
+    enabled: bool = Field(True, description="Export and version a tool-world snapshot "
+                                            "(False: use train.config's files).")
     counts: dict[str, int] = Field(default_factory=lambda: {"train": 4000, "val": 200, "test": 200},
                                    description="Tasks per split.")
     seed: int = Field(0, description="Tool-world generator seed.")
@@ -75,14 +76,16 @@ class TrainStep(BaseConfig):
 class EvalStep(BaseConfig):
     benchmarks: list[str] = Field(default_factory=lambda: list(DEFAULT_BENCHMARKS),
                                   description="Benchmarks evaluated through the endpoint (world needs a local model).")
-    overrides: list[str] = Field(default_factory=list, description="EvalConfig overrides (paths.*, bench.*, judge.*, k).")
+    overrides: list[str] = Field(default_factory=list,
+                                 description="EvalConfig overrides (paths.*, bench.*, judge.*, k).")
 
 
 class ClusterPipelineConfig(BaseConfig):
     """`flows/cluster_pipeline.py`: data -> verl training -> merge -> serve -> evaluate, one MLflow parent."""
 
     name: str = Field("cluster-pipeline", description="MLflow parent run name.")
-    out_dir: str = Field(..., description="Pipeline directory (merged/, eval/, logs/, pipeline.json); shared by the nodes.")
+    out_dir: str = Field(..., description="Pipeline directory (merged/, eval/, logs/, pipeline.json); "
+                                          "shared by the nodes.")
     mlflow_uri: str | None = Field(None, description="MLflow tracking URI or dir (None: <out_dir>/mlflow); a server "
                                                      "URI when the cluster's nodes log to it.")
     experiment: str = Field("envace-cluster", description="MLflow experiment.")

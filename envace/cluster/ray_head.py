@@ -73,7 +73,8 @@ class LocalRayHead:
         return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path)}
 
     def command(self) -> list[str]:
-        cmd = [ray_executable(), "start", "--head", "--block", "--port", str(self.port), "--num-cpus", str(self.num_cpus), "--num-gpus", str(self.num_gpus),
+        cmd = [ray_executable(), "start", "--head", "--block", "--port", str(self.port),
+               "--num-cpus", str(self.num_cpus), "--num-gpus", str(self.num_gpus),
                "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", str(self.temp_dir)]
         for flag in _PORT_FLAGS:
             cmd += [flag, str(free_port())]

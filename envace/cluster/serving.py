@@ -57,7 +57,8 @@ def server_command(model_dir: str | Path, cfg: ServeConfig, port: int) -> list[s
 
 
 @contextmanager
-def served_endpoint(model_dir: str | Path, cfg: ServeConfig, log_path: str | Path | None = None) -> Iterator[ServedEndpoint]:
+def served_endpoint(model_dir: str | Path, cfg: ServeConfig,
+                    log_path: str | Path | None = None) -> Iterator[ServedEndpoint]:
     """Run the server for `model_dir` while the block runs; yields its endpoint."""
     port = cfg.port or free_port(cfg.host)
     log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed below

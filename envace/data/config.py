@@ -11,7 +11,8 @@ from envace.config import BaseConfig, ConfigError
 
 
 class DataConfig(BaseConfig):
-    source: Literal["world", "cm2", "parquet"] = Field("world", description="Task source: built-in tool world, CM2 JSON, verl parquet.")
+    source: Literal["world", "cm2", "parquet"] = Field(
+        "world", description="Task source: built-in tool world, CM2 JSON, verl parquet.")
     path: str | None = Field(None, description="Data file for source=cm2|parquet.")
     domains: list[str] | None = Field(None, description="Tool-world domains (None = all).")
     split: str = Field("train", description="Tool-world split to train on.")

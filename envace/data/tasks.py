@@ -7,7 +7,8 @@ from envace.data.config import DataConfig
 from envace.types import Task
 
 
-def load_tasks(cfg: DataConfig, *, split: str | None = None, n: int | None = None, seed: int | None = None) -> list[Task]:
+def load_tasks(cfg: DataConfig, *, split: str | None = None, n: int | None = None,
+               seed: int | None = None) -> list[Task]:
     if cfg.source == "world":
         from envace.worlds.generator import generate_tasks
 

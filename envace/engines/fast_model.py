@@ -26,7 +26,8 @@ def unsupported_reason(model: Any) -> str | None:
         return f"architecture {getattr(cfg, 'model_type', None)!r} is not qwen3"
     if getattr(cfg, "attention_bias", False):
         return "attention projections have biases"
-    if getattr(cfg, "use_sliding_window", False) or any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+    layer_types = getattr(cfg, "layer_types", None) or []
+    if getattr(cfg, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types):
         return "sliding-window attention layers"
     if getattr(cfg, "hidden_act", "silu") != "silu":
         return f"activation {cfg.hidden_act!r} is not silu"

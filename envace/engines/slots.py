@@ -55,7 +55,8 @@ class ModelSlot(BaseConfig):
                                     "(the key itself is never stored); None: no key.")
     temperature: float = Field(0.0, ge=0.0, le=10.0, description="Sampling temperature of this role.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass of this role.")
-    max_tokens: int | None = Field(None, ge=1, description="Most tokens per reply; None: the server's / engine's default.")
+    max_tokens: int | None = Field(None, ge=1,
+                                   description="Most tokens per reply; None: the server's / engine's default.")
     timeout_s: float = Field(120.0, gt=0, description="Endpoint: per-request timeout in seconds.")
     max_retries: int = Field(4, ge=0, description="Endpoint: transport retries per request.")
 

@@ -60,7 +60,8 @@ class BenchmarkOptions(BaseConfig):
     tau2_domains: list[str] | None = Field(None, description="τ² domains (None: airline, retail, telecom).")
     tau2_split: str | None = Field("test", description="τ² task split (None: all tasks).")
     tau2_max_steps: int = Field(200, ge=1, description="τ² steps per episode (τ² default 200).")
-    vita_sets: list[str] | None = Field(None, description="VitaBench sets (None: delivery, instore, ota, cross_domain).")
+    vita_sets: list[str] | None = Field(None,
+                                        description="VitaBench sets (None: delivery, instore, ota, cross_domain).")
     vita_language: Literal["en", "zh"] = Field("en", description="VitaBench task language.")
     vita_max_steps: int = Field(300, ge=1, description="VitaBench steps per episode (VitaBench default 300).")
 
@@ -95,7 +96,8 @@ class EvalConfig(BaseConfig):
     seeds: list[int] = Field(default_factory=lambda: [0], description="Evaluation seeds (tool world: one pass "
                              "each; benchmarks: the first one is the base of every attempt's seed).")
     data: DataConfig = Field(default_factory=lambda: DataConfig(split="test"), description="Task source.")
-    rollout: RolloutConfig = Field(default_factory=_eval_rollout, description="Sampling and limits (mode is set per measurement).")
+    rollout: RolloutConfig = Field(default_factory=_eval_rollout,
+                                   description="Sampling and limits (mode is set per measurement).")
     fidelity: bool = Field(True, description="Also run a rehearse-mode pass and compare rehearsed vs real responses.")
     tts_n: int = Field(0, ge=0, le=8, description="Private rehearsals before the committed execution (0 = none).")
     tts_mode: Literal["parallel", "sequential"] = Field("parallel", description="TTS mode.")
@@ -106,7 +108,8 @@ class EvalConfig(BaseConfig):
     out_dir: str | None = Field(None, description="Where to write eval tables (None: beside the model).")
     device: str | None = Field(None, description="cpu | cuda | None (auto).")
     threads: int | None = Field(None, ge=1, description="torch CPU threads.")
-    tracking: TrackingConfig = Field(default_factory=lambda: TrackingConfig(enabled=False), description="MLflow + store.")
+    tracking: TrackingConfig = Field(default_factory=lambda: TrackingConfig(enabled=False),
+                                     description="MLflow + store.")
 
     @model_validator(mode="before")
     @classmethod

@@ -176,12 +176,14 @@ def tasks_for_half_width(sd_diff: float, target: float = 0.01, level: float = 0.
 
 def _check_paired(a: TaskScores, b: TaskScores) -> None:
     if a.task_ids != b.task_ids:
-        first = next((i for i, (x, y) in enumerate(zip(a.task_ids, b.task_ids)) if x != y), min(len(a.task_ids), len(b.task_ids)))
+        first = next((i for i, (x, y) in enumerate(zip(a.task_ids, b.task_ids)) if x != y),
+                     min(len(a.task_ids), len(b.task_ids)))
         raise ValueError(f"paired comparison needs the same tasks in the same order; first mismatch at position "
-                         f"{first} ({len(a.task_ids)} vs {len(b.task_ids)} tasks): evaluate both on held_out_tasks(split, n)")
+                         f"{first} ({len(a.task_ids)} vs {len(b.task_ids)} tasks): "
+                         "evaluate both on held_out_tasks(split, n)")
     if a.seeds != b.seeds or a.k != b.k or a.temperature != b.temperature:
-        raise ValueError(f"paired comparison needs the same seeds, k and temperature: {a.seeds}/{a.k}/T={a.temperature} "
-                         f"vs {b.seeds}/{b.k}/T={b.temperature}")
+        raise ValueError(f"paired comparison needs the same seeds, k and temperature: "
+                         f"{a.seeds}/{a.k}/T={a.temperature} vs {b.seeds}/{b.k}/T={b.temperature}")
 
 
 def compare(base: TaskScores, other: TaskScores, *, n_boot: int = 10_000, seed: int = 0,
@@ -241,4 +243,6 @@ def engine_for(model_dir: str | Path, rehearse_dir: str | Path | None = None) ->
     from envace.types import Role
 
     act = make_engine(*load_policy(Path(model_dir)))
-    return act if rehearse_dir is None else {Role.ACT: act, Role.REHEARSE: make_engine(*load_policy(Path(rehearse_dir)))}
+    if rehearse_dir is None:
+        return act
+    return {Role.ACT: act, Role.REHEARSE: make_engine(*load_policy(Path(rehearse_dir)))}

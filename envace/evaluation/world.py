@@ -96,7 +96,8 @@ def _without_own_gold(tasks: list[Task], few_shot_tasks: list[Task] | None) -> l
     return with_training_few_shot(tasks, few_shot_tasks)
 
 
-def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], tasks: list[Task], rollout: RolloutConfig, *, k: int = 1,
+def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], tasks: list[Task],
+                   rollout: RolloutConfig, *, k: int = 1,
                    seeds: list[int] = (0,), temperature: float | None = None, with_fidelity: bool = True,
                    tts_n: int = 0, tts_mode: str = "parallel", tts_options: Any = None,
                    on_trajectories: Callable[[str, int, list[Trajectory]], None] | None = None,

@@ -326,8 +326,8 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
         for i, prefix in enumerate(prefixes):
             if not prefix or prefix[-1].role != "user":
                 raise ValueError(f"prefixes[{i}] must end with the user message to answer")
-    run = _Run(policy=act_engine, rehearser=rehearse_engine, cfg=cfg, mode=mode, simulator=simulator, step=step, seed=seed,
-               turn_gate=turn_gate, rehearse_style=rehearse_style, enable_thinking=enable_thinking)
+    run = _Run(policy=act_engine, rehearser=rehearse_engine, cfg=cfg, mode=mode, simulator=simulator, step=step,
+               seed=seed, turn_gate=turn_gate, rehearse_style=rehearse_style, enable_thinking=enable_thinking)
     states = [_start(task, p, s, mode, env_factory, shadow_env_factory,
                      list(prefixes[p]) if prefixes is not None else None)
               for p, task in enumerate(tasks) for s in range(k)]

@@ -29,7 +29,8 @@ class BenchMessage:
     text: str
     user_turn: int = 0
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"name", "arguments", "id"?}
-    observation: dict[str, Any] | None = None  # tool results: {"content", "tool_call_id", "name"}; judge: {"judge_role"}
+    # tool results: {"content", "tool_call_id", "name"}; judge: {"judge_role"}
+    observation: dict[str, Any] | None = None
 
 
 @dataclass

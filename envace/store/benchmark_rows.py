@@ -15,9 +15,9 @@ every call) and:
 Its messages become turns: system → SYSTEM, user → USER (the user simulator's or the benchmark's turns),
 assistant → ACT (the policy), tool → ENV (the benchmark's environment); the record's `judge_messages`
 (a rubric / LLM judge's prompt and verdict) follow as JUDGE turns, the role each had in the judge's chat
-kept in the turn's observation as {"judge_role": ...}. The store's natural key (run, step, mode, prompt_index, sample_index, split)
-then makes a re-put of the same result a no-op. Two different task ids of one set whose hashes collide
-would share a key; `check_collisions` raises on that instead of silently keeping one (about one in
+kept in the turn's observation as {"judge_role": ...}. The store's natural key (run, step, mode, prompt_index,
+sample_index, split) then makes a re-put of the same result a no-op. Two different task ids of one set whose
+hashes collide would share a key; `check_collisions` raises on that instead of silently keeping one (about one in
 4 million for a set of 100 tasks).
 
 Records are untrusted model output plus benchmark data: text is cleaned (rows.py), values that are not

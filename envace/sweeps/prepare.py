@@ -52,7 +52,8 @@ def sft_key(spec: SFTSpec) -> str:
 
 def is_built(spec: SFTSpec) -> bool:
     marker = Path(spec.out) / KEY_FILE
-    return (spec.model_dir() / "config.json").is_file() and marker.is_file() and marker.read_text().strip() == sft_key(spec)
+    return ((spec.model_dir() / "config.json").is_file() and marker.is_file()
+            and marker.read_text().strip() == sft_key(spec))
 
 
 def parallel_threads(n_builds: int, workers: int, cpus: int | None = None) -> int:
@@ -86,4 +87,5 @@ def build_sft(spec: SFTSpec, threads: int | None = None) -> dict[str, Any]:
                             threads=threads, data=DataConfig(n_tasks=spec.sft_tasks, seed=spec.seed)))
     (out / KEY_FILE).write_text(key + "\n")
     return {"out": spec.out, "model": str(spec.model_dir()), "key": key, "cached": False,
-            "wall_s": time.perf_counter() - t0, "sft": {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}}
+            "wall_s": time.perf_counter() - t0,
+            "sft": {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}}

@@ -52,7 +52,8 @@ class RunnerConfig(BaseConfig):
     """Where a sweep's cells run."""
 
     kind: RunnerKind = Field(RunnerKind.LOCAL, description="local (this machine's pool) or ray (a Ray cluster).")
-    address: str | None = Field(None, description="Ray GCS address host:port (or ray://host:10001); None: $RAY_ADDRESS.")
+    address: str | None = Field(None,
+                                description="Ray GCS address host:port (or ray://host:10001); None: $RAY_ADDRESS.")
     num_cpus: float = Field(1.0, gt=0, description="CPUs each cell asks Ray for.")
     num_gpus: float = Field(0.0, ge=0, description="GPUs each cell asks Ray for (fractions share a GPU).")
     auth_token_path: str | None = Field(None, description="File with the cluster's Ray auth token (None: Ray's "

@@ -9,7 +9,8 @@ from envace.config import BaseConfig
 
 
 class TrackingConfig(BaseConfig):
-    store_url: str | None = Field(None, description="Trajectory store (path or SQLAlchemy URL); None = <out_dir>/store.db.")
+    store_url: str | None = Field(None,
+                                  description="Trajectory store (path or SQLAlchemy URL); None = <out_dir>/store.db.")
     mlflow_uri: str | None = Field(None, description="MLflow tracking URI; None = sqlite under <out_dir>/../mlflow.")
     experiment: str = Field("envace", description="MLflow experiment name.")
     enabled: bool = Field(True, description="Log to MLflow and the store.")

@@ -17,22 +17,33 @@ from envace.tracking.config import TrackingConfig
 
 
 class AlgoConfig(BaseConfig):
-    advantage: str = Field("role_grpo", description="Advantage estimator, a name in envace.algos.ADVANTAGES: role_grpo (EnvACE) or grpo.")
-    weighting: Literal["per_output", "per_trajectory"] = Field("per_output", description="Role baseline weighting (reference code: per_output).")
+    advantage: str = Field("role_grpo", description="Advantage estimator, a name in envace.algos.ADVANTAGES: "
+                                                    "role_grpo (EnvACE) or grpo.")
+    weighting: Literal["per_output", "per_trajectory"] = Field(
+        "per_output", description="Role baseline weighting (reference code: per_output).")
     norm_std: bool = Field(False, description="Divide advantages by the group std (paper: off).")
-    loss: str = Field("ppo_clip", description="Policy loss, a name in envace.algos.POLICY_LOSSES (ppo_clip, vanilla_pg).")
+    loss: str = Field("ppo_clip",
+                      description="Policy loss, a name in envace.algos.POLICY_LOSSES (ppo_clip, vanilla_pg).")
     clip_low: float = Field(0.2, gt=0, lt=1, description="PPO clip epsilon (low).")
     clip_high: float = Field(0.2, gt=0, description="PPO clip epsilon (high).")
     dual_clip_c: float = Field(3.0, gt=1, description="Dual-clip constant c (> 1).")
-    agg: str = Field("token-mean", description="Loss aggregation, a name in envace.algos.AGGREGATIONS (token-mean, ...).")
+    agg: str = Field("token-mean",
+                     description="Loss aggregation, a name in envace.algos.AGGREGATIONS (token-mean, ...).")
     use_kl: bool = Field(False, description="KL to the frozen reference (paper: on at 1e-4; reference script: off).")
     kl_coef: float = Field(1e-4, ge=0, description="KL coefficient.")
-    kl_kind: str = Field("low_var_kl", description="KL estimator, a name in envace.algos.KL_ESTIMATORS (low_var_kl, kl, ...).")
+    kl_kind: str = Field("low_var_kl",
+                         description="KL estimator, a name in envace.algos.KL_ESTIMATORS (low_var_kl, kl, ...).")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
-    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (verl ppo_epochs, TRL num_iterations; paper: 1).")
-    ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch: the batch is shuffled and split into this many mini-batches (paper: 1).")
-    pack: Literal["tree", "chain", "off"] = Field("tree", description="Share prompt prefixes in the update (same loss, fewer tokens): a task's rows as one prefix tree, a trajectory's extending calls as one sequence, or off.")
-    grad_noise_scale: bool = Field(True, description="Log the gradient noise scale tr(Sigma)/|G|^2, in prompts, from a random split-half of each step's prompts (one gradient copy per micro-batch).")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (verl ppo_epochs, "
+                                                 "TRL num_iterations; paper: 1).")
+    ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch: the batch is shuffled and split "
+                                                       "into this many mini-batches (paper: 1).")
+    pack: Literal["tree", "chain", "off"] = Field(
+        "tree", description="Share prompt prefixes in the update (same loss, fewer tokens): a task's rows as one "
+                            "prefix tree, a trajectory's extending calls as one sequence, or off.")
+    grad_noise_scale: bool = Field(True, description="Log the gradient noise scale tr(Sigma)/|G|^2, in prompts, "
+                                                     "from a random split-half of each step's prompts "
+                                                     "(one gradient copy per micro-batch).")
 
     @model_validator(mode="after")
     def _check_names(self) -> AlgoConfig:
@@ -66,7 +77,8 @@ class OptimConfig(BaseConfig):
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     warmup_steps: int = Field(0, ge=0, description="RL steps of linear learning-rate warm-up from lr/warmup_steps "
-                                                   "to lr (0 = constant lr); a function of the step, so resume is exact.")
+                                                   "to lr (0 = constant lr); a function of the step, "
+                                                   "so resume is exact.")
 
 
 class DynamicSamplingConfig(BaseConfig):
@@ -96,9 +108,11 @@ class TrainConfig(BaseConfig):
     steps: int = Field(40, ge=1, description="Training steps (one optimizer step each; paper: 470).")
     prompts_per_step: int = Field(8, ge=1, description="Prompts x per step (paper: 16).")
     k: int = Field(8, ge=2, description="Trajectories per prompt (group size; paper: 4).")
-    micro_batch: int = Field(32, ge=1, description="Sequences per forward/backward (packed rows, length-sorted; gradient accumulation).")
-    micro_batch_tokens: int | None = Field(2048, ge=1, description="Padded tokens per forward/backward at most (None = no cap); "
-                                                                   "small caps waste less on padding on CPU.")
+    micro_batch: int = Field(32, ge=1, description="Sequences per forward/backward (packed rows, length-sorted; "
+                                                   "gradient accumulation).")
+    micro_batch_tokens: int | None = Field(2048, ge=1,
+                                           description="Padded tokens per forward/backward at most (None = no cap); "
+                                                       "small caps waste less on padding on CPU.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps (and at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk.")
     seed: int = Field(0, description="Run seed; sampling seeds derive from (seed, step, prompt, sample, role).")

@@ -56,7 +56,8 @@ def step_metrics(trajs: list[Trajectory], rows: list[TrainRow], updates: dict, t
         bad = sum(1 for u in act_turns if u.parse_error not in (None, ErrorCode.NO_TOOL_CALL))
         m["act/tool_call_validity"] = 1.0 - bad / len(act_turns)
     if reh_turns:
-        m["rehearse/parse_error_rate"] = sum(1 for u in reh_turns if u.parse_error in REHEARSE_PARSE_ERRORS) / len(reh_turns)
+        bad_reh = sum(1 for u in reh_turns if u.parse_error in REHEARSE_PARSE_ERRORS)
+        m["rehearse/parse_error_rate"] = bad_reh / len(reh_turns)
     for name, upd in updates.items():
         prefix = "" if name == "policy" else f"{name}_model/"
         m[f"{prefix}loss"] = upd.loss

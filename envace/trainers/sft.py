@@ -220,8 +220,8 @@ def sft(cfg: SFTConfig) -> dict:
         opt.step()
         with torch.no_grad():
             row_loss = (per_tok * mask).sum(1) / mask.sum(1).clamp(min=1)
-            for s, l in zip(batch, row_loss.tolist()):
-                losses[s.role.value].append(l)
+            for s, row_l in zip(batch, row_loss.tolist()):
+                losses[s.role.value].append(row_l)
         step += 1
         bar.update(1)
         if step % 25 == 0:

@@ -121,7 +121,8 @@ class _Updater:
         halves = self._halves(packs) if algo.grad_noise_scale and epoch == 0 else None
         track = halves is not None
         # tracking: half A's micro-batches, then half B's (the same loss: token shares are global)
-        mbs = ([(h, mb) for h, half in enumerate(halves) for mb in micro_batches(half, self.micro_batch, self.max_tokens)]
+        mbs = ([(h, mb) for h, half in enumerate(halves)
+                for mb in micro_batches(half, self.micro_batch, self.max_tokens)]
                if track else [(0, mb) for mb in micro_batches(packs, self.micro_batch, self.max_tokens)])
         n_rows = sum(len(p.segments) for p in packs)
         n_tok = sum(p.loss_tokens for p in packs)

@@ -71,7 +71,8 @@ def test_aggregation_matches_bfcl_leaderboard_code(bfcl_modules, tmp_path):
     assert pct(agentic["Memory KV"]) == pytest.approx(acc["memory_kv"][0], abs=6e-5)
     assert agentic["Memory Summary"] == "N/A"  # memory_vector did not run: BFCL shows N/A, scores it 0
     assert pct(overall["Irrelevance Detection"]) == pytest.approx(groups["irrelevance"], abs=6e-5)
-    assert pct(_csv_row(tmp_path / "data_non_live.csv")["Non-Live Overall Acc"]) == pytest.approx(groups["non_live"], abs=6e-5)
+    assert pct(_csv_row(tmp_path / "data_non_live.csv")["Non-Live Overall Acc"]) == pytest.approx(
+        groups["non_live"], abs=6e-5)
     assert pct(_csv_row(tmp_path / "data_live.csv")["Live Overall Acc"]) == pytest.approx(groups["live"], abs=6e-5)
     assert pct(_csv_row(tmp_path / "data_multi_turn.csv")["Multi Turn Overall Acc"]) == pytest.approx(
         groups["multi_turn"], abs=6e-5)

@@ -5,7 +5,8 @@ The synthetic checkout holds three English delivery tasks in VitaBench's task fo
 domain "in-store consumption", as 27 of the 100 real English instore tasks do, and has a prose rubric),
 two cross_domain tasks (one malformed), a toy delivery environment module with VitaBench's environment
 interface (get_tools / get_policy / get_response), a `ToolCall` model and a judge prompt yaml; it has no
-merged cross-domain environment module, so cross_domain tasks fail at the environment stage. The remote judge (claude-3.7-sonnet) cannot run offline:
+merged cross-domain environment module, so cross_domain tasks fail at the environment stage. The remote judge
+(claude-3.7-sonnet) cannot run offline:
 `KeywordJudge` is a deterministic local judge class (a test double) that marks a rubric met when the
 keyword quoted in it appears in the window.
 """

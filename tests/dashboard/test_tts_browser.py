@@ -112,7 +112,8 @@ def test_committed_run_with_its_private_rehearsals_in_the_browser(tts_store, tmp
     port = _free_port()
     log = tmp_path / "server.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "envace.cli", "dashboard", "--store", store, "--port", str(port)],
+        proc = subprocess.Popen([sys.executable, "-m", "envace.cli", "dashboard", "--store", store,
+                                 "--port", str(port)],
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until_healthy(proc, port, log, READY_S)
@@ -120,7 +121,8 @@ def test_committed_run_with_its_private_rehearsals_in_the_browser(tts_store, tmp
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1700, "height": 2600})
             page.set_default_timeout(UI_MS)
-            page.goto(f"http://127.0.0.1:{port}/trajectories?run=tts-run&traj={commit_id}", wait_until="domcontentloaded")
+            page.goto(f"http://127.0.0.1:{port}/trajectories?run=tts-run&traj={commit_id}",
+                      wait_until="domcontentloaded")
             page.get_by_role("heading", name=f"Trajectory #{commit_id}").wait_for()
             page.get_by_role("heading", name="Test-time rehearsal").wait_for()
             memory = page.locator(".st-key-tts-memory")

@@ -31,7 +31,8 @@ def test_quick_demo_runs_every_stage(tmp_path):
     for name in ("envace", "grpo_env"):  # paired change vs SFT = difference of the two evaluations' means
         for mode in ("greedy", "t1"):
             d = summary[f"delta_{name}"][mode]["reward"]
-            assert d["diff"] == pytest.approx(summary[f"eval_{name}"][mode]["reward"] - summary["eval_sft"][mode]["reward"])
+            assert d["diff"] == pytest.approx(
+                summary[f"eval_{name}"][mode]["reward"] - summary["eval_sft"][mode]["reward"])
             assert d["boot_lo"] <= d["diff"] <= d["boot_hi"]
     eng = sa.create_engine(f"sqlite:///{out / 'store.db'}")
     with eng.connect() as c:

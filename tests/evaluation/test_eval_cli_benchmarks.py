@@ -69,7 +69,7 @@ def test_each_benchmark_runs_through_the_cli(name, tiny_dir, tmp_path):
         assert {c: len({r["id"] for r in rs}) for c, rs in by_cat.items()} == expected
     else:  # finmcp: the first record only (bench_limit=1), its scenery's first word is the category
         assert {r["id"] for r in records} == {"f1"} and set(by_cat) == {"Fund"}
-    for cat, rs in by_cat.items():  # every task has K attempts, numbered 0..K-1
+    for _cat, rs in by_cat.items():  # every task has K attempts, numbered 0..K-1
         for tid in {r["id"] for r in rs}:
             assert sorted(r["sample"] for r in rs if r["id"] == tid) == list(range(K))
     if name in ("tau2", "vita"):  # Avg@k of a category = mean reward over its (task, attempt) pairs

@@ -8,8 +8,10 @@ def test_eval_metrics_flatten_world_and_fidelity_per_tool():
         "success": 0.5, "reward": 0.75, "tool_call_validity": 1.0,
         "per_domain": {"shop": {"success": 1.0, "reward": 1.0}, "bank": {"success": 0.0, "reward": 0.5}},
         "fidelity": {"per_tool": {
-            "get_stock": {"tool": "get_stock", "n": 3, "json_valid": 1.0, "schema_ok": 1.0, "exact_match": 2 / 3, "field_f1": 0.9},
-            "deposit": {"tool": "deposit", "n": 1, "json_valid": 0.0, "schema_ok": 0.0, "exact_match": 0.0, "field_f1": 0.0}}}}}
+            "get_stock": {"tool": "get_stock", "n": 3, "json_valid": 1.0, "schema_ok": 1.0, "exact_match": 2 / 3,
+                          "field_f1": 0.9},
+            "deposit": {"tool": "deposit", "n": 1, "json_valid": 0.0, "schema_ok": 0.0, "exact_match": 0.0,
+                        "field_f1": 0.0}}}}}
     m = eval_metrics(results)
     assert m["world/success"] == 0.5 and m["world/bank/reward"] == 0.5
     assert m["fidelity/get_stock/exact_match"] == 2 / 3
@@ -17,8 +19,9 @@ def test_eval_metrics_flatten_world_and_fidelity_per_tool():
     assert abs(m["fidelity/all/exact_match"] - 0.5) < 1e-12
     assert m["fidelity/all/n"] == 4.0
     assert not any(k.startswith("fidelity/determined/") for k in m)
-    results["world"]["fidelity"].update({"determined_pairs": 2, "determined_json_valid": 1.0, "determined_schema_ok": 1.0,
-                                         "determined_exact_match": 0.5, "determined_field_f1": 0.75})
+    results["world"]["fidelity"].update({"determined_pairs": 2, "determined_json_valid": 1.0,
+                                         "determined_schema_ok": 1.0, "determined_exact_match": 0.5,
+                                         "determined_field_f1": 0.75})
     m = eval_metrics(results)
     assert m["fidelity/determined/exact_match"] == 0.5 and m["fidelity/determined/n"] == 2.0
 

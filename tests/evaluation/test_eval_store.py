@@ -49,7 +49,8 @@ def test_eval_trajectories_are_stored_with_mode_eval(world_model_dir, tmp_path):
 
     assert tuple(run) == ("eval", "finished", res["mlflow_run_id"])
     keys = sorted((r.step, r.split, r.prompt_index, r.sample_index) for r in rows)
-    assert keys == sorted((seed, split, p, 0) for seed in (0, 5) for split in ("test", "test-fidelity") for p in range(3))
+    assert keys == sorted((seed, split, p, 0)
+                          for seed in (0, 5) for split in ("test", "test-fidelity") for p in range(3))
     assert {r.mode for r in rows} == {"eval"}
     assert {r.rollout_mode for r in rows if r.split == "test"} == {"env"}
     assert {r.rollout_mode for r in rows if r.split == "test-fidelity"} == {"rehearse"}

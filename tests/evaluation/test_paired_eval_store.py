@@ -39,7 +39,8 @@ def test_paired_scores_are_the_stored_episodes_and_a_rerun_adds_none(world_model
     tasks = load_tasks(ecfg.data, split="test", n=3)
 
     def scored(temperature: float, seeds: list[int]):
-        with store_paired_eval(store, world_model_dir, ecfg, temperature=temperature, name=f"demo-t{temperature}") as put:
+        with store_paired_eval(store, world_model_dir, ecfg, temperature=temperature,
+                               name=f"demo-t{temperature}") as put:
             return score_tasks(engine, tasks, seeds=seeds, temperature=temperature, rollout=ecfg.rollout,
                                on_trajectories=put)
 

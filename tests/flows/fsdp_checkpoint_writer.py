@@ -44,7 +44,8 @@ def main(hf_dir: str, out_dir: str) -> None:
     manager = FSDPCheckpointManager(model=model, optimizer=opt, lr_scheduler=None, processing_class=tokenizer,
                                     checkpoint_config={"save_contents": ["model", "optimizer", "extra"]})
     manager.save_checkpoint(out_dir, global_step=1)
-    full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in model.state_dict().items()}
+    full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+            for k, v in model.state_dict().items()}
     if rank == 0:
         torch.save(full, Path(out_dir).parent / "expected.pt")
     dist.barrier()

@@ -48,7 +48,8 @@ def verl_checkpoints(tiny_model, tmp_path_factory) -> Path:
 def _spec(tmp_path: Path, tiny_model: Path, **fields) -> dict:
     repo = tmp_path / "repo"
     repo.mkdir(exist_ok=True)
-    return {"name": "cluster-test", "out_dir": str(tmp_path / "pipe"), "mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    return {"name": "cluster-test", "out_dir": str(tmp_path / "pipe"),
+            "mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
             "experiment": "cluster-test",
             "data": {"counts": {"train": 6, "val": 2, "test": 2}, "seed": 1, "repo_root": str(repo),
                      "out": str(repo / "data" / "snap")},

@@ -68,7 +68,8 @@ def test_tools_without_system_message(tok):
 def test_no_tools_plain_chatml(tok):
     out = render(tok, [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"},
                        {"role": "assistant", "content": "yo"}])
-    assert out == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n"
+    assert out == ("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+                   "<|im_start|>assistant\nyo<|im_end|>\n")
 
 
 def test_content_before_call_and_single_tool_turn(tok):

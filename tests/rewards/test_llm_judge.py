@@ -122,7 +122,8 @@ def test_garbage_is_a_recorded_judge_error_never_a_zero(two_turn, traj):
     assert s.score is None
     assert s.judge_error.turn == 0 and s.judge_error.item_id == two_turn.checklists[0][0].id
     assert s.judge_error.attempts == 4 and "boolean 'answer'" in s.judge_error.error
-    assert s.judge_error.kind is JudgeErrorKind.UNPARSEABLE and s.breakdown()["judge_error"]["kind"] == "unparseable_verdict"
+    assert s.judge_error.kind is JudgeErrorKind.UNPARSEABLE
+    assert s.breakdown()["judge_error"]["kind"] == "unparseable_verdict"
     assert judge.failed_items == {JudgeErrorKind.UNPARSEABLE: 1} and judge.metrics()["judge/failed_items"] == 1.0
     assert backend.calls == 4 and sleeps == [1.0, 2.0, 3.0]  # capped at max_delay_s
     t = traj(two_turn)

@@ -42,7 +42,7 @@ def test_env_mode_executes_every_call_in_the_episodes_own_env(tokenizer, tasks, 
         assert [m.content for m in traj.messages if m.role == "user"] == ["How many apples?", "Add 3 apples."]
         assert [t.user_turn for t in traj.turns] == [0, 0, 1, 1]
         assert traj.env_calls == 2 and traj.turns_of(Role.REHEARSE) == []
-    for traj, env in zip(trajs[2:], factory.made[2:]):  # the one-turn task stops after its only reply
+    for traj, _env in zip(trajs[2:], factory.made[2:]):  # the one-turn task stops after its only reply
         assert traj.termination is TerminationReason.FINAL_REPLY
         assert _tool_contents(traj) == [{"item": "apple", "stock": 1}] and traj.env_calls == 1
         assert traj.messages[-1].content == "5 apples."

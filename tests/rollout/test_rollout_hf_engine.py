@@ -29,8 +29,10 @@ def test_rollout_with_a_real_random_model(tiny_engine, tokenizer, tasks):
             assert 1 <= len(turn.response_ids) == len(turn.logprobs) <= 12
             assert all(lp <= 0.0 for lp in turn.logprobs)
     # same seeds -> the same rollout, token for token; another seed -> another rollout
-    assert _signature(run_rollout(tasks, k=2, policy=tiny_engine, cfg=CFG, mode=Mode.REHEARSE, seed=3)) == _signature(trajs)
-    assert _signature(run_rollout(tasks, k=2, policy=tiny_engine, cfg=CFG, mode=Mode.REHEARSE, seed=4)) != _signature(trajs)
+    assert (_signature(run_rollout(tasks, k=2, policy=tiny_engine, cfg=CFG, mode=Mode.REHEARSE, seed=3))
+            == _signature(trajs))
+    assert (_signature(run_rollout(tasks, k=2, policy=tiny_engine, cfg=CFG, mode=Mode.REHEARSE, seed=4))
+            != _signature(trajs))
 
 
 def test_real_model_as_frozen_simulator(tiny_engine, tokenizer, tasks, kit):

@@ -149,7 +149,8 @@ def test_tts_policy_every_turn_rehearses_again_with_memory_carried(kit):
     memories = [e for e in pol.log if e["kind"] == "memory"]
     assert len(memories) == 2 and "Memory-1" in memories[1]["messages"][-1]["content"]
     assert [ph.user_turn for ph in wrapped.rehearsals[json_key(ctx)].phases] == [0, 1]
-    assert "Memory-2" in pol.log[-1]["messages"][0]["content"] and "Memory-1" not in pol.log[-1]["messages"][0]["content"]
+    last_system = pol.log[-1]["messages"][0]["content"]
+    assert "Memory-2" in last_system and "Memory-1" not in last_system
     # the second private phase started from the said conversation, the new user message last
     second_acts = [e for e in pol.log if e["kind"] == "act" and e["context"].get("tts") == "private"][-1]
     assert "And pears?" in json.dumps(second_acts["messages"])
@@ -192,7 +193,8 @@ def test_committed_chat_episode_after_the_private_phase(kit):
 def test_openai_messages_link_calls_and_results():
     msgs = [{"role": "user", "content": "q"},
             {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
-                "name": "a", "arguments": {"x": 1}}}, {"type": "function", "function": {"name": "b", "arguments": {}}}]},
+                "name": "a", "arguments": {"x": 1}}}, {"type": "function", "function": {
+                "name": "b", "arguments": {}}}]},
             {"role": "tool", "content": "1", "name": "a"}, {"role": "tool", "content": "2", "name": "b"}]
     out = openai_messages(msgs)
     assert [c["id"] for c in out[1]["tool_calls"]] == ["call_0", "call_1"]

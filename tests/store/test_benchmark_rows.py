@@ -73,7 +73,9 @@ def test_records_round_trip_and_re_put_is_a_no_op(store_url):
     assert [r.role for r in got] == ["system", "user", "act", "env", "act", "judge", "judge"]
     assert [r.user_turn for r in got] == [0, 0, 0, 0, 0, 0, 0]
     assert [r.text for r in got] == [m["content"] for m in CHAT] + [m["content"] for m in JUDGE]
-    load = (lambda v: v if not isinstance(v, str) else json.loads(v))
+    def load(v):
+        return v if not isinstance(v, str) else json.loads(v)
+
     assert load(got[2].tool_calls) == [{"name": "get_order", "arguments": {"id": "7"}, "id": "c1"}]
     obs = load(got[3].observation)
     assert obs["content"] == {"status": "shipped"} and obs["tool_call_id"] == "c1"

@@ -48,7 +48,8 @@ def test_a_checkpoint_over_the_threshold_is_linked_not_copied(tmp_path):
         client, run_id = run.client, run.run_id
     logged = logged_checkpoints(client, run_id)
     assert logged["step_000001"] == {"step": 1, "bytes": 10, "uploaded": True, "hash": "h1",
-                                     "path": str(small.resolve()), "source": f"{run.artifact_uri}/checkpoints/step_000001"}
+                                     "path": str(small.resolve()),
+                                     "source": f"{run.artifact_uri}/checkpoints/step_000001"}
     assert logged["step_000002"] == {"step": 2, "bytes": 3 * 2**20, "uploaded": False, "hash": "h2",
                                      "path": str(big.resolve()), "source": str(big.resolve())}
     mv = client.get_model_version("m", version)

@@ -71,7 +71,7 @@ def test_hand_worked_example(verl_api):
 def slow_advantages(rows, tags, weighting):
     """Obviously correct: per (uid, role) group, mean over members of the scored, non-padding rows."""
     out = []
-    for i, (uid, sess, _, role, r, _, scored) in enumerate(rows):
+    for i, (uid, _sess, _, role, r, _, scored) in enumerate(rows):
         if not scored or tags[i].get("is_padding"):
             out.append(0.0)
             continue

@@ -185,7 +185,7 @@ class _RoleWorkers(_EngineWorkers):
 
 
 @pytest.fixture(scope="module")
-def two_models(tiny_policy):
+def two_models(tiny_policy):  # noqa: F811 -- the imported pytest fixture, requested by name
     model, tok = tiny_policy
     rehearse = copy.deepcopy(model)
     gen = torch.Generator().manual_seed(3)
@@ -204,7 +204,7 @@ def _per_role_trainer(verl_config_factory, act, rehearse, *extra, **launch):
                     ref_in_actor=False, global_steps=1, use_critic=False)
 
 
-def test_old_logprobs_come_from_each_roles_own_model(verl_api, verl_config_factory, two_models, sampled_rows,
+def test_old_logprobs_come_from_each_roles_own_model(verl_api, verl_config_factory, two_models, sampled_rows,  # noqa: F811
                                                      transfer_queue):
     act_model, rehearse_model, tok = two_models
     rows = sampled_rows
@@ -231,7 +231,7 @@ def test_old_logprobs_come_from_each_roles_own_model(verl_api, verl_config_facto
 
 @pytest.mark.parametrize("mini_batches", [1, 2])
 def test_each_actor_updates_on_its_rows_with_its_own_mini_batches(verl_api, verl_config_factory, two_models,
-                                                                  sampled_rows, transfer_queue, mini_batches):
+                                                                  sampled_rows, transfer_queue, mini_batches):  # noqa: F811
     act_model, rehearse_model, tok = two_models
     batch = store_rows(sampled_rows, tok, f"upd{mini_batches}")  # 4 Act + 4 Rehearse rows
     act, rehearse = _RoleWorkers(act_model), _RoleWorkers(rehearse_model)
@@ -248,7 +248,7 @@ def test_each_actor_updates_on_its_rows_with_its_own_mini_batches(verl_api, verl
     assert metrics["perf/mfu/actor"] == pytest.approx(0.5)
 
 
-def test_each_role_is_padded_and_balanced_on_its_own(verl_api, verl_config_factory, two_models, sampled_rows,
+def test_each_role_is_padded_and_balanced_on_its_own(verl_api, verl_config_factory, two_models, sampled_rows,  # noqa: F811
                                                      transfer_queue):
     from envace.trainers.verl.per_role import batch_roles
 

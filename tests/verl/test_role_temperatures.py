@@ -9,7 +9,8 @@ what verl's worker does with the batch it is handed — reads the rows through v
 (`_meta_to_realdata`, which also writes `extra_info` over them), splits them into verl's dynamic
 micro-batches (`prepare_micro_batches`, rows regrouped by token count), runs verl's own
 `FSDPEngineWithLMHead.prepare_model_inputs` / `prepare_model_outputs` around the model's forward, restores
-the row order (`postprocess_batch_func`) and puts the log-probs back. The embedded trainer's values come from `packed_logprobs`.
+the row order (`postprocess_batch_func`) and puts the log-probs back. The embedded trainer's values come from
+`packed_logprobs`.
 Only a GPU can check: verl's remove-padding (flash-attention varlen) branch, its micro-batching and the
 FSDP update; they consume the same per-row `temperature` tensor.
 """

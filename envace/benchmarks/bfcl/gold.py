@@ -6,8 +6,9 @@ dropped ground-truth call in a multi-turn entry, or the opposite relevance decis
 How the ground truth becomes tool calls:
 - AST: each `{func: {param: [allowed...]}}` becomes a call to the OpenAI-renamed function ('.' -> '_')
   with the first allowed value per parameter; an optional parameter whose allowed list contains ""
-  is left out (a required one gets its first non-"" value). Java / JavaScript arguments are written as the source-code strings BFCL's type converters
-  parse back (`true`, `5L`, `new ArrayList<>(Arrays.asList(...))`, `[1, 2]`, `{a: 1}`...).
+  is left out (a required one gets its first non-"" value). Java / JavaScript arguments are written as the
+  source-code strings BFCL's type converters parse back (`true`, `5L`, `new ArrayList<>(Arrays.asList(...))`,
+  `[1, 2]`, `{a: 1}`...).
 - Multi-turn: turn t's call strings (`cd(folder='x')`, positional arguments mapped by the tool's parameter
   order) are all emitted at step 0 of turn t; every later step, and every turn whose ground truth is
   empty (miss_param / miss_func turns), is a plain text reply.

@@ -97,7 +97,7 @@ def apply_role_advantages(data: Any, batch_keys: Sequence[str], extra_fields: Se
         raise ValueError(f"{n} row keys but {len(uids)} uids and {len(extra_fields)} extra_fields")
     tags = list(tags) if tags is not None else [{}] * n
     roles, trajs, scored = [], [], []
-    for key, uid, extra, tag in zip(batch_keys, uids, extra_fields, tags):
+    for key, _uid, extra, tag in zip(batch_keys, uids, extra_fields, tags):
         key_uid, session, _ = row_key_parts(key)
         padding = bool((tag or {}).get("is_padding", False))
         extra = getattr(extra, "data", extra)  # a tensordict NonTensorData wrapper holds the dict

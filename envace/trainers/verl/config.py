@@ -58,9 +58,11 @@ class LoopSettings(BaseConfig):
         "per_output", description="Role baseline weighting (reference code: per_output).")
     policy: Literal["shared", "per_role"] = Field(
         "shared", description="One model for both roles, or one per role (set from the launch config's policy).")
-    single_update: bool = Field(True, description="ppo_mini_batches optimizer steps per epoch (paper: 1), any row count.")
+    single_update: bool = Field(True,
+                                description="ppo_mini_batches optimizer steps per epoch (paper: 1), any row count.")
     ppo_mini_batches: int = Field(1, ge=1, description="With single_update: the step's rows split into this many "
-                                                       "equal mini-batches (set from the launch config's ppo_mini_batches).")
+                                                       "equal mini-batches (set from the launch config's "
+                                                       "ppo_mini_batches).")
     seed: int = Field(0, description="Sampling seeds derive from (seed, step, prompt index, sample, role, call).")
     threads: int = Field(256, ge=1, description="Episode threads per agent-loop worker (mostly waiting on the server).")
 
@@ -127,7 +129,8 @@ class VerlLaunchConfig(BaseConfig):
     tensor_parallel: int = Field(1, ge=1, description="Rollout tensor parallel size (reference: 1).")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="Rollout server memory share (reference: 0.5).")
     micro_batch_per_gpu: int = Field(1, ge=1, description="PPO micro-batch per GPU (reference: 1).")
-    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (actor.ppo_epochs; embedded: algo.ppo_epochs).")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (actor.ppo_epochs; "
+                                                 "embedded: algo.ppo_epochs).")
     ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch (embedded: algo.ppo_mini_batches); "
                                                        "divides train_batch_size.")
     log_prob_micro_batch_per_gpu: int = Field(8, ge=1, description="Log-prob micro-batch per GPU (reference: 8).")

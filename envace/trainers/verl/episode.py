@@ -3,7 +3,8 @@
 `run_episode` is synchronous (it runs in a worker thread): it drives envace's rollout state machine
 (`envace.rollout.run_rollout`, one task, one sample) with the given policy engine (the bridge to verl's
 servers), then scores the trajectory with the embedded trainer's `RewardScorer` (checklist rule judge, LLM
-judge, or the tool world's end state, verified by replaying the Act calls on a fresh world). `episode_outputs` turns every *trainable* generation into one row:
+judge, or the tool world's end state, verified by replaying the Act calls on a fresh world). `episode_outputs`
+turns every *trainable* generation into one row:
 prompt = that call's full prompt ids, response = its generated ids (mask all 1, its sampled log-probs),
 `reward_score` = the episode reward on every row, and `extra_fields` carrying the role, the trajectory
 id and the turn index for the role-wise advantage, and the call's log-prob temperature (its sampling

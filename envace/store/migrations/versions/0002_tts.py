@@ -62,7 +62,8 @@ def upgrade() -> None:
         _parent_fk(),
         sa.PrimaryKeyConstraint("trajectory_id"),
     )
-    op.create_index("ix_tts_rehearsals_commit", "tts_rehearsals", ["run_id", "step", "split", "prompt_index", "attempt"])
+    op.create_index("ix_tts_rehearsals_commit", "tts_rehearsals",
+                    ["run_id", "step", "split", "prompt_index", "attempt"])
 
 
 def downgrade() -> None:
