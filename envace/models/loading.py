@@ -137,7 +137,9 @@ def load_policy(path: str | Path, device: str | torch.device | None = None,
         dtype = _saved_dtype(p) if dev.type == "cuda" else torch.float32
     try:
         tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype)
+        # safetensors whenever the dir has them: a stray pytorch_model.bin beside them is never unpickled
+        safe = any((p / w).is_file() for w in WEIGHT_FILES[:2]) or None
+        model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype, use_safetensors=safe)
     except Exception as exc:  # safetensors, JSON and tokenizer errors have no common base class
         detail = " ".join(str(exc).split())[:300]
         raise ModelDirError(p, f"could not load the model in {p}: {type(exc).__name__}: {detail}",

@@ -10,6 +10,11 @@ A checkpoint can still be damaged after it was written (a full disk, a copy cut 
 recorded size, every `*.safetensors` header is whole and `optim.pt`'s zip records pass their CRC — and
 falls back to the newest intact one, warning which it skipped and why. When none is intact it raises
 `CorruptCheckpointError` naming the file.
+
+Loading a checkpoint never executes code from it (checkpoints travel through shared storage): weights are
+read only as safetensors (a model dir without them, or any pickle-format file such as `*.bin` / `*.pkl`, is
+refused), every `*.json` must parse as JSON, and `optim.pt` is read with `torch.load(weights_only=True)`,
+whose unpickler admits tensors and plain values only; anything else is refused with one line naming the file.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from envace.models.loading import save_model
 STEP_RE = re.compile(r"^step_(\d{6,})$")
 META = "meta.json"
 OPTIM = "optim.pt"
+# formats whose loaders unpickle (torch.load, pickle, numpy object arrays) or run code: never in a checkpoint
+UNSAFE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".npy", ".npz", ".joblib", ".py", ".pyc")
+SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 
 
 class CorruptCheckpointError(ValueError):
@@ -154,6 +162,26 @@ def _check_zip(path: Path) -> None:
         raise CorruptCheckpointError(path, f"record {bad} fails its CRC check")
 
 
+def _check_no_code(path: Path) -> None:
+    """Refuse files whose loaders could execute code, JSON that does not parse, and model dirs without
+    safetensors weights (transformers would otherwise look for `pytorch_model.bin`)."""
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        rel = f.relative_to(path).as_posix()
+        if rel != OPTIM and f.suffix.lower() in UNSAFE_SUFFIXES:
+            raise CorruptCheckpointError(f, f"refused: a {f.suffix} file can carry a pickle payload or code; "
+                                         "checkpoints hold weights only as safetensors (delete the file if you "
+                                         "trust it, or take the checkpoint from its source again)")
+        if f.suffix == ".json":
+            try:
+                json.loads(f.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                raise CorruptCheckpointError(f, f"not valid JSON ({type(exc).__name__})") from None
+    for sub in sorted(d for d in path.iterdir() if d.is_dir()):
+        if (sub / "config.json").is_file() and not any((sub / w).is_file() for w in SAFE_WEIGHTS):
+            raise CorruptCheckpointError(sub / SAFE_WEIGHTS[0], "missing: checkpoint weights are read only as "
+                                         "safetensors")
+
+
 def verify_checkpoint(path: str | Path) -> Checkpoint:
     """The checkpoint at `path` if it is intact; otherwise `CorruptCheckpointError` naming the bad file."""
     path = Path(path)
@@ -175,6 +203,7 @@ def verify_checkpoint(path: str | Path) -> Checkpoint:
             raise CorruptCheckpointError(f, "missing (listed in meta.json)")
         if f.stat().st_size != size:
             raise CorruptCheckpointError(f, f"{f.stat().st_size} bytes, meta.json recorded {size} (truncated?)")
+    _check_no_code(path)
     for st in sorted(path.rglob("*.safetensors")):
         _check_safetensors(st)
     optim = path / OPTIM
@@ -218,10 +247,20 @@ def latest_checkpoint(root: str | Path) -> Checkpoint | None:
 
 def load_optimizer_states(ckpt: Checkpoint, optimizers: dict[str, torch.optim.Optimizer]) -> None:
     path = ckpt.path / OPTIM
-    try:
-        states = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError / zip / pickle errors alike
-        raise CorruptCheckpointError(path, f"cannot load optimizer state ({type(exc).__name__}: {exc})") from None
+    import pickle
+
+    try:  # weights_only: the restricted unpickler admits tensors, numbers, strings and containers, no code
+        states = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"WeightsUnpickler error: ([^\n]*)", str(exc))
+        first = found.group(1).split(". Please")[0].strip() if found else type(exc).__name__
+        raise CorruptCheckpointError(path, "refused: holds objects other than tensors and plain values "
+                                     f"({first[:200]}); a checkpoint from an untrusted source may carry code") from None
+    except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError / zip errors alike
+        detail = " ".join(str(exc).split())[:200]
+        raise CorruptCheckpointError(path, f"cannot load optimizer state ({type(exc).__name__}: {detail})") from None
+    if not isinstance(states, dict):
+        raise CorruptCheckpointError(path, f"top level is {type(states).__name__}, not a dict of optimizer states")
     missing = [name for name in optimizers if name not in states]
     if missing:
         raise CorruptCheckpointError(path, f"no optimizer state for {missing} (has {sorted(states)}); the checkpoint "
