@@ -101,6 +101,9 @@ class Message:
     content: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     name: str | None = None  # tool name for role == "tool"
+    # assistant messages the policy sampled: its token ids, which later prompts carry verbatim
+    # (token-in-token-out, envace.chat_tokens); not part of the OpenAI shape
+    token_ids: list[int] | None = field(default=None, compare=False, repr=False)
 
     def to_openai(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}

@@ -1,19 +1,20 @@
 """The Act role: prompt building and output parsing.
 
 Act is "the assistant" of the model's own tool-calling chat template: the prompt is the history rendered
-with the task's tool schemas; the output is Hermes `<tool_call>` blocks or plain text (the reply). As in
-the reference code, the assistant turn that goes back into the history is re-rendered from the parsed
-content and calls. Departures from the reference:
-- the whole prompt is re-rendered every turn, so earlier turns' `<think>` text is not kept;
+with the task's tool schemas; the output is Hermes `<tool_call>` blocks or plain text (the reply). The
+assistant message that goes back into the history holds the parsed content and calls (what chat-level
+engines and transcripts see); token-level prompts carry the turn's sampled ids instead (the rollout sets
+`Message.token_ids`; envace.chat_tokens). Departures from the reference:
+- earlier Act turns are their sampled tokens, not a re-rendering of the parsed message (no token drift);
 - a malformed Act output goes back into the history as its raw text with no calls, followed by an error
   tool message (re-rendering a half-parsed message would hide what the model wrote).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from envace.chat_tokens import encode_chat
 from envace.toolcall import END_MARKERS, ParsedAct, check_arguments, parse_tool_calls, strip_end_markers, strip_think
 from envace.types import ErrorCode, Message
 from envace.untrusted import clean_text, short
@@ -23,23 +24,15 @@ __all__ = ["END_MARKERS", "act_prompt_ids", "assistant_message", "chat_ids", "is
 
 
 def chat_ids(tokenizer: Any, conversation: list[dict[str, Any]], *, tools: list[dict] | None = None,
-             enable_thinking: bool = True) -> list[int]:
+             enable_thinking: bool = True, sampled: list[list[int] | None] | None = None) -> list[int]:
     """Token ids of `conversation` rendered by the tokenizer's chat template with a generation prompt.
 
-    transformers 5 returns a BatchEncoding from `apply_chat_template(tokenize=True)`; older versions
-    return a plain list. Both are flattened to one `list[int]`.
+    Control tokens come only from the template: a control string inside any content, tool argument or
+    tool schema is encoded as ordinary text; `sampled[i]` (the ids the model sampled for assistant
+    message i) is carried verbatim (envace.chat_tokens).
     """
-    out = tokenizer.apply_chat_template(conversation, tools=tools or None, add_generation_prompt=True,
-                                        tokenize=True, enable_thinking=enable_thinking)
-    if isinstance(out, Mapping) or hasattr(out, "input_ids"):
-        out = out["input_ids"]
-    if hasattr(out, "tolist"):  # a tensor / array if the tokenizer was asked for one elsewhere
-        out = out.tolist()
-    if out and isinstance(out[0], (list, tuple)):  # a batch of one
-        if len(out) != 1:
-            raise ValueError(f"chat template returned {len(out)} sequences for one conversation")
-        out = out[0]
-    return [int(t) for t in out]
+    return encode_chat(tokenizer, conversation, tools=tools or None, add_generation_prompt=True,
+                       sampled=sampled, enable_thinking=enable_thinking).ids
 
 
 def act_prompt_ids(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]], *,

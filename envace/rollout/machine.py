@@ -8,6 +8,9 @@ episode's handler for its phase returns the next phase (envace.rollout.state).
 Rules (EnvACE reference, departures noted):
 - an Act output without a call answers the user turn: the next one is replayed if the turn gate allows,
   else the episode ends (FINAL_REPLY / REQUIRED_CHECK_FAILED);
+- later Act prompts carry each earlier Act turn as the ids it sampled (token-in-token-out,
+  envace.chat_tokens; the reference re-renders the parsed content and calls); content from tools, users
+  and the model is encoded as text, so only the template writes control tokens;
 - a malformed Act output becomes an error tool message, then the policy retries (`invalid_call="observe"`)
   or the episode ends INVALID_TOOL_CALL (`"end"`), in every mode alike (None: the reference's rule, env
   mode observes, a simulated world ends; `envace train` sets "observe" so all arms compare fairly);
@@ -65,12 +68,14 @@ def is_chat_engine(engine: object) -> bool:
 
 
 def prompt_of(engine: GenerationEngine, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-              *, enable_thinking: bool = True) -> tuple[list[int], list[dict[str, Any]] | None, int]:
+              *, enable_thinking: bool = True,
+              sampled: list[list[int] | None] | None = None) -> tuple[list[int], list[dict[str, Any]] | None, int]:
     """(prompt ids, chat messages, prompt length in tokens) of an OpenAI-shape conversation for `engine`:
-    token ids from its chat template, or (chat engines) the messages themselves."""
+    token ids from its chat template (`sampled[i]`: assistant message i's own sampled ids, carried
+    verbatim), or (chat engines) the messages themselves."""
     if is_chat_engine(engine):
         return [], conversation, int(engine.count_tokens(conversation, tools))  # type: ignore[attr-defined]
-    ids = chat_ids(engine.tokenizer, conversation, tools=tools, enable_thinking=enable_thinking)
+    ids = chat_ids(engine.tokenizer, conversation, tools=tools, enable_thinking=enable_thinking, sampled=sampled)
     return ids, None, len(ids)
 
 
@@ -164,7 +169,7 @@ def prepare_act(run: _Run, st: EpisodeState) -> GenRequest | None:
     sampling = run.cfg.act
     tools = st.traj.task.tools
     ids, chat, n_tokens = prompt_of(run.policy, [m.to_openai() for m in st.history], tools,
-                                    enable_thinking=run.enable_thinking)
+                                    enable_thinking=run.enable_thinking, sampled=[m.token_ids for m in st.history])
     if n_tokens + sampling.max_new_tokens > run.cfg.max_context_tokens:
         st.phase = st.finish(TerminationReason.CONTEXT_LIMIT)
         return None
@@ -188,7 +193,9 @@ def handle_act(run: _Run, st: EpisodeState, req: GenRequest, res: GenResult) -> 
                 parse_error=parsed.error if malformed else None)
     st.traj.add_turn(turn)
     context_len = len(st.history)
-    st.history.append(assistant_message(parsed, res.text))
+    message = assistant_message(parsed, res.text)
+    message.token_ids = list(res.token_ids) or None  # token-in-token-out: later prompts carry these ids
+    st.history.append(message)
     if parsed.is_final_reply:
         return Phase.NEXT_USER
     if malformed:

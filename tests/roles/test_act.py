@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from transformers import BatchEncoding
 
-from envace.roles.act import act_prompt_ids, assistant_message, chat_ids, parse_act, strip_end_markers
+from envace.roles.act import act_prompt_ids, assistant_message, parse_act, strip_end_markers
 from envace.types import ErrorCode, Message, ToolCall
 
 CALL_APPLE = '<tool_call>\n{"name": "get_stock", "arguments": {"item": "apple"}}\n</tool_call>'
@@ -21,27 +20,6 @@ def test_act_prompt_ids_are_the_rendered_template(tokenizer, task):
     decoded = tokenizer.decode(ids)
     assert decoded.endswith("<|im_start|>assistant\n")
     assert '"name": "add_stock"' in decoded and "How many apples and pears?" in decoded
-
-
-class _FakeTemplate:
-    """Only the return shape of apply_chat_template varies here; the real template is tested above."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def apply_chat_template(self, *args, **kwargs):
-        return self.value
-
-
-@pytest.mark.parametrize("value", [[3, 1, 2], BatchEncoding({"input_ids": [3, 1, 2]}),
-                                   {"input_ids": [[3, 1, 2]]}, [[3, 1, 2]]])
-def test_chat_ids_flattens_every_return_shape(value):
-    assert chat_ids(_FakeTemplate(value), [{"role": "user", "content": "x"}]) == [3, 1, 2]
-
-
-def test_chat_ids_rejects_a_real_batch():
-    with pytest.raises(ValueError, match="2 sequences"):
-        chat_ids(_FakeTemplate([[1], [2]]), [{"role": "user", "content": "x"}])
 
 
 def test_parse_act_valid_calls(task):
