@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envace.chat_tokens import encode_chat
 from envace.engines.base import GenerationEngine, GenRequest
 from envace.engines.reply import AssistantReply
 from envace.roles.act import END_MARKERS
@@ -139,12 +140,12 @@ class LocalChatModel:
         msgs = normalize_messages(messages)
         if json_schema is not None:
             msgs = _with_json_instruction(msgs, json_schema)
-        try:
-            text = self.tokenizer.apply_chat_template(msgs, tools=tools or None, add_generation_prompt=True,
-                                                      tokenize=False, **dict(chat_template_kwargs or {}))
+        try:  # control strings in request text are encoded as ordinary text (envace.chat_tokens)
+            enc = encode_chat(self.tokenizer, msgs, tools=tools or None, add_generation_prompt=True,
+                              **dict(chat_template_kwargs or {}))
         except Exception as exc:  # jinja errors of any kind: the request does not fit the template
             raise ChatRequestError(f"chat template of {self.name!r} failed on these messages: {exc}") from exc
-        return text, list(self.tokenizer.encode(text, add_special_tokens=False))
+        return enc.text, enc.ids
 
     def generate(self, messages: list[Mapping[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                  temperature: float = 1.0, top_p: float = 1.0, max_tokens: int | None = None,

@@ -4,8 +4,10 @@
 `GET /v1/models` and `POST /v1/chat/completions`: Hermes `<tool_call>` blocks become OpenAI `tool_calls`,
 `<think>` text goes to `reasoning_content`, errors use OpenAI's `{"error": ...}` shape (400 bad request,
 404 unknown model, 413 body over `max_request_bytes`, 500 generation failed, 503 cancelled). Requests are
-bounded: prompt + max_tokens must fit `max_model_len`, max_tokens above `max_tokens_limit` is refused
-(never clamped), and a disconnected client or SIGTERM cancels its generation.
+bounded before they are templated or tokenised (depth, messages, tool-call size, shape, lone surrogates:
+envace.engines.request_limits; two bodies decoded at a time): prompt + max_tokens must fit
+`max_model_len`, max_tokens above `max_tokens_limit` is refused (never clamped), and a disconnected
+client or SIGTERM cancels its generation. Control strings in request text stay text (envace.chat_tokens).
 Departures from vLLM: no streaming, `response_format` is best effort (see chat_model.py), one request at
 a time, unknown request fields ignored. Binds 127.0.0.1 unless told otherwise.
 """
@@ -28,6 +30,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envace.engines.chat_model import ChatRequestError, LocalChatModel
+from envace.engines.request_limits import RequestLimitError, RequestLimits, check_body, template_chars
 
 MAX_SEED = 2**63 - 1
 DEFAULT_MAX_REQUEST_BYTES = 8_000_000
@@ -141,21 +144,10 @@ def longest_token_chars(tokenizer: Any) -> int:
     return max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
 
 
-def _text_chars(messages: Any) -> int:
-    """Characters of message text the chat template will copy into the prompt (a lower bound)."""
-    n = 0
-    for m in messages if isinstance(messages, list) else []:
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, str):
-            n += len(content)
-        elif isinstance(content, list):
-            n += sum(len(p.get("text", "")) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return n
-
-
 def check_limits(chat: LocalChatModel, req: ChatCompletionRequest, max_tokens_limit: int | None,
-                 token_chars: int) -> None:
-    """Refuse, before any tokenising, what cannot fit (raises ChatRequestError -> 400)."""
+                 token_chars: int, text_chars: int = 0) -> None:
+    """Refuse, before any tokenising, what cannot fit (raises ChatRequestError -> 400). `text_chars`: the
+    characters the template copies into the prompt (envace.engines.request_limits.template_chars)."""
     asked = req.max_completion_tokens or req.max_tokens
     if max_tokens_limit is not None and asked is not None and asked > max_tokens_limit:
         raise ChatRequestError(f"max_tokens={asked} is more than this server allows ({max_tokens_limit}); "
@@ -164,7 +156,7 @@ def check_limits(chat: LocalChatModel, req: ChatCompletionRequest, max_tokens_li
         raise ChatRequestError(f"seed={req.seed} with n={req.n} needs seeds up to {req.seed + req.n - 1}; "
                                f"use a seed in [0, {MAX_SEED - req.n + 1}]")
     if chat.max_model_len is not None:
-        least = -(-_text_chars(req.messages) // token_chars)  # ceil: tokens the message text needs at least
+        least = -(-text_chars // token_chars)  # ceil: tokens the message text needs at least
         if least >= chat.max_model_len:
             raise ChatRequestError(f"this model's maximum context length is {chat.max_model_len} tokens; the "
                                    f"messages hold at least {least} tokens of text; shorten them")
@@ -226,9 +218,14 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
 def create_app(model_dir: str | Path | None = None, *, chat: LocalChatModel | None = None,
                served_model_name: str | None = None, device: str | None = None,
                max_model_len: int | None = None, max_tokens_limit: int | None = None,
-               max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
+               max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, request_limits: RequestLimits | None = None,
+               max_decoding: int = 2) -> FastAPI:
     """The FastAPI app serving `model_dir` (or an already-built `chat` model). `max_model_len` defaults to
-    the model's max_position_embeddings and `max_tokens_limit` to max_model_len (see the module doc)."""
+    the model's max_position_embeddings and `max_tokens_limit` to max_model_len (see the module doc);
+    `request_limits` bounds depth, messages and tool-call size; `max_decoding` requests are read and
+    decoded at once (the others wait), so memory stays bounded however many large bodies arrive."""
+    request_limits = request_limits or RequestLimits()
+    decoding = asyncio.Semaphore(max_decoding)
     if chat is None:
         if model_dir is None:
             raise ValueError("create_app needs model_dir or chat")
@@ -258,14 +255,18 @@ def create_app(model_dir: str | Path | None = None, *, chat: LocalChatModel | No
 
     @app.post("/v1/chat/completions")
     async def completions(request: Request) -> JSONResponse:
-        raw = await _read_body(request, max_request_bytes)
-        if raw is None:
-            return _error(413, f"request body is larger than this server's limit of {max_request_bytes} bytes; "
-                               f"send a shorter request (envace serve --max-request-bytes)")
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):
-            return _error(400, "request body is not JSON")
+        async with decoding:  # at most `max_decoding` bodies held and decoded at once: bounded memory
+            raw = await _read_body(request, max_request_bytes)
+            if raw is None:
+                return _error(413, f"request body is larger than this server's limit of {max_request_bytes} "
+                                   f"bytes; send a shorter request (envace serve --max-request-bytes)")
+            try:
+                body = json.loads(raw)
+                del raw
+                check_body(body, request_limits)
+                text_chars = template_chars(body, request_limits)
+            except (ValueError, RecursionError) as exc:  # RequestLimitError is a ValueError
+                return _error(400, str(exc) if isinstance(exc, RequestLimitError) else "request body is not JSON")
         try:
             req = ChatCompletionRequest.model_validate(body)
         except ValidationError as exc:
@@ -277,7 +278,7 @@ def create_app(model_dir: str | Path | None = None, *, chat: LocalChatModel | No
         if inflight.stopping.is_set():
             return _error(503, "the server is shutting down", "ServiceUnavailableError")
         try:
-            check_limits(chat, req, limit, token_chars)
+            check_limits(chat, req, limit, token_chars, text_chars)
             return JSONResponse(await _generate_unless_disconnected(request, chat, req, cancellation, inflight))
         except ChatRequestError as exc:
             return _error(400, str(exc))
