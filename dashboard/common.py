@@ -42,3 +42,12 @@ def optional(value: str) -> str | None:
 
 
 ANY = "(any)"
+
+
+_MARKDOWN = "\\`*_[]()<>!|~$#:."
+
+
+def literal(text: str) -> str:
+    """`text` for a Streamlit markdown element (warning, info, caption) as plain characters: every markdown
+    metacharacter backslash-escaped, so user input (a query parameter) cannot become a link or markup."""
+    return "".join("\\" + c if c in _MARKDOWN else c for c in text)

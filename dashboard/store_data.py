@@ -37,10 +37,14 @@ def store_problem(store: str) -> str | None:
     """None when the store answers a trivial query, else one line for the page: the error class and its
     first line, the URL's password masked, never a traceback (which would show server paths)."""
     from envace.secrets import mask_text
+    from envace.store.session import StoreSchemaError, check_revision
 
     try:
         with _engine(store).connect() as conn:
             conn.exec_driver_sql("SELECT 1")
+        check_revision(_engine(store), allow_older=False, label=store)  # an old or newer schema: the fix
+    except StoreSchemaError as exc:
+        return mask_text(str(exc))
     except Exception as exc:  # noqa: BLE001 - any failure here means "cannot open", shown as one line
         orig = getattr(exc, "orig", None) or exc
         first = (str(orig).strip().splitlines() or [""])[0]

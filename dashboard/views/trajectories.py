@@ -14,7 +14,7 @@ import streamlit as st
 
 from dashboard import store_data as sd
 from dashboard.bench_render import render_benchmark_trajectory
-from dashboard.common import ANY, optional, require_store, settings
+from dashboard.common import ANY, literal, optional, require_store, settings
 from dashboard.render import render_trajectory
 from dashboard.tts_render import render_tts
 from envace.store.models import TrajectoryMode
@@ -110,7 +110,7 @@ if "open_id" not in st.session_state:
     traj_qp = qp.get("traj", "")
     fallback = page_ids[0] if page_ids else 1
     if traj_qp and not (traj_qp.isascii() and traj_qp.isdigit() and 1 <= int(traj_qp) <= MAX_TRAJ_ID):
-        st.warning(f"?traj={traj_qp[:40]} is not a trajectory id (1 to {MAX_TRAJ_ID}); showing #{fallback}.")
+        st.warning(f"?traj={literal(traj_qp[:40])} is not a trajectory id (1 to {MAX_TRAJ_ID}); showing #{fallback}.")
         traj_qp = ""
     st.session_state.open_id = int(traj_qp) if traj_qp else fallback
 open_id = st.number_input("Open trajectory #", min_value=1, max_value=MAX_TRAJ_ID, step=1, key="open_id",

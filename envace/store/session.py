@@ -11,6 +11,10 @@ the busy timeout instead of failing on a lock upgrade. `postgresql://` URLs are 
 this file; `alembic.ini` is packaged too for the `alembic` CLI). The engine travels to Alembic's env.py
 in `config.attributes`, so passwords with `%` in URLs need no escaping.
 
+`check_revision` compares the store's schema revision with the code's: a store written by a newer envace
+(a revision these migrations do not know) or an older store opened read-only is one `StoreSchemaError`
+line with both revisions and the fix, instead of Alembic's "Can't locate revision" or a SQL traceback.
+
 `read_only_session` is for the dashboard: SQLite opens the file with `mode=ro`; PostgreSQL sets
 `default_transaction_read_only`, so a bug in a page can never write.
 """
@@ -123,8 +127,54 @@ def _run_alembic(url_or_path: str | Path | URL | Engine, fn_name: str, revision:
             engine.dispose()
 
 
+class StoreSchemaError(ValueError):
+    """The store's schema revision does not match this code's; the message has both and the fix."""
+
+
+def _script():  # -> alembic.script.ScriptDirectory
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(str(MIGRATIONS_DIR))
+
+
+def head_revision() -> str:
+    """The newest schema revision this code's migrations know."""
+    return str(_script().get_current_head())
+
+
+def _label(url_or_path: str | Path | URL | Engine) -> str:
+    from envace.secrets import mask_text
+
+    url = url_or_path.url if isinstance(url_or_path, Engine) else url_or_path
+    return mask_text(url.render_as_string(hide_password=True) if isinstance(url, URL) else str(url))
+
+
+def check_revision(url_or_path: str | Path | URL | Engine, *, allow_older: bool = True,
+                   label: str | None = None) -> str | None:
+    """The store's revision, after checking this code can use it: a revision the migrations do not know
+    (a newer envace wrote the store) raises StoreSchemaError; so does an older one unless `allow_older`
+    (a writer upgrades it; a reader such as the dashboard cannot). `label` names the store in the message
+    (default: its URL, password masked)."""
+    current = current_revision(url_or_path)
+    where = _label(label if label is not None else url_or_path)
+    if current is None:
+        return None
+    known = {rev.revision for rev in _script().walk_revisions()}
+    head = head_revision()
+    if current not in known:
+        raise StoreSchemaError(f"store {where} has schema revision {current}, written by a newer "
+                               f"envace; this code knows revisions up to {head}; upgrade envace to the version "
+                               f"that wrote it, or point at another store")
+    if current != head and not allow_older:
+        raise StoreSchemaError(f"store {where} has schema revision {current}, older than this code's "
+                               f"{head}; run `envace store upgrade {where}` (keeps every row)")
+    return current
+
+
 def upgrade(url_or_path: str | Path | URL | Engine, revision: str = "head") -> None:
-    """Create or migrate the schema to `revision` (idempotent; safe from concurrent processes)."""
+    """Create or migrate the schema to `revision` (idempotent; safe from concurrent processes). A store
+    newer than the code is StoreSchemaError (`check_revision`)."""
+    check_revision(url_or_path)
     _run_alembic(url_or_path, "upgrade", revision)
 
 
