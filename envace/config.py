@@ -122,6 +122,84 @@ def _omegaconf_error(exc: OmegaConfBaseException, source: str) -> ConfigError:
     return ConfigError(f"{source}: field '{key}': {msg}; {fix}", field=key, what=msg, fix=fix)
 
 
+MAX_YAML_BYTES = 4 << 20  # a config is a few kB; a sweep grid a few hundred
+MAX_YAML_VALUES = 100_000  # values after alias expansion: "billion laughs" grows this exponentially
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys in one mapping (YAML says they are an error; PyYAML keeps the
+    last silently). `<<` merge keys are exempt: an explicit key overriding a merged one is the point."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: SafeConstructor reports it
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise ConfigError(f"{self.name}: line {key_node.start_mark.line + 1}: duplicate key {key!r} (first "
+                                  f"on line {first}); keep one of them", field=str(key),
+                                  what=f"duplicate key {key!r}", fix="keep one of them")
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Values the node tree holds once every alias is expanded (aliases share nodes: memoised, linear)."""
+    memo: dict[int, int] = {}
+    order: list[yaml.Node] = []
+    stack, seen = [root], set()
+    while stack:  # post-order without recursion: a deep file must not crash the counter
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        order.append(node)
+        if isinstance(node, yaml.MappingNode):
+            stack.extend(n for pair in node.value for n in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    for node in reversed(order):
+        children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
+                    else node.value if isinstance(node, yaml.SequenceNode) else [])
+        memo[id(node)] = min(1 + sum(memo.get(id(c), 1) for c in children), MAX_YAML_VALUES + 1)
+    return memo[id(root)]
+
+
+def load_yaml(path: str | Path) -> Any:
+    """The YAML document at `path`, bounded: at most MAX_YAML_BYTES, MAX_YAML_VALUES values after alias
+    expansion, no duplicate keys. Anything else is a one-line ConfigError naming the file and the fix."""
+    p = Path(path)
+    size = p.stat().st_size
+    if size > MAX_YAML_BYTES:
+        raise ConfigError(f"{p}: {size} bytes is over the {MAX_YAML_BYTES}-byte limit for a config file; "
+                          "is this the right file?")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
+    loader = _StrictLoader(text)
+    loader.name = str(p)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        n = _expanded_size(node)
+        if n > MAX_YAML_VALUES:
+            raise ConfigError(f"{p}: expands to more than {MAX_YAML_VALUES} values through YAML aliases; write the "
+                              "values out or use fewer nested aliases")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {' '.join(str(exc).split())}; fix the syntax") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: nested too deeply to read; flatten the file") from None
+    finally:
+        loader.dispose()
+
+
 def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
                 **values: Any) -> C:
     """Build `cls` from a YAML file (optional), then `key=value` overrides, then keyword values."""
@@ -131,10 +209,7 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist; pass a YAML path (see configs/)")
-        try:
-            loaded = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+        loaded = load_yaml(p) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
         base = OmegaConf.create(loaded)
