@@ -87,6 +87,24 @@ def train_metrics(history: list[Mapping[str, float]], last_step: int, tail: int 
     return out
 
 
+def logged_history(mlflow_uri: str | None, run_id: str | None) -> list[dict[str, float]]:
+    """Every step's `reward/mean` as the MLflow run holds it. A cell resumed after a kill trains only the
+    steps after its last checkpoint, so its in-process history is a tail; the summary comes from the run,
+    which holds every step once (re-run steps are not logged twice), so cell and MLflow agree."""
+    if not run_id:
+        return []
+    from mlflow.tracking import MlflowClient
+
+    from envace.tracking.mlflow_run import resolve_tracking_uri
+
+    uri, _ = resolve_tracking_uri(mlflow_uri)
+    points = MlflowClient(tracking_uri=uri).get_metric_history(run_id, "reward/mean")
+    by_step = {}
+    for m in sorted(points, key=lambda m: (m.step, m.timestamp)):
+        by_step.setdefault(m.step, m.value)  # the first value of a step is the one a resume did not replace
+    return [{"step": float(k), "reward/mean": v} for k, v in sorted(by_step.items())]
+
+
 @contextmanager
 def execution_record(spec: CellSpec) -> Iterator[None]:
     """Append start/end events of one execution to the cell's executions.jsonl."""
@@ -164,7 +182,7 @@ def _run_train_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
     if ckpt is None:  # resumed at the final step: nothing was trained, the last checkpoint is the result
         latest = latest_checkpoint(Path(cfg.out_dir) / "checkpoints")
         ckpt = latest.path if latest else None
-    metrics = train_metrics(res.history, res.last_step)
+    metrics = train_metrics(logged_history(spec.mlflow_uri, res.mlflow_run_id) or res.history, res.last_step)
     extra: dict[str, Any] = {"checkpoint": str(ckpt) if ckpt else None, "start_model": str(cfg.model)}
     if spec.eval_overrides is not None:
         if ckpt is None:

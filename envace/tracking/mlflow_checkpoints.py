@@ -66,6 +66,22 @@ def log_checkpoint(run: MlflowRun, directory: str | Path, artifact_path: str | N
     return str(mv.version)
 
 
+def checkpoint_recorded(run: MlflowRun, name: str, *, register_as: str | None = None,
+                        step: int | None = None) -> bool:
+    """Whether `log_checkpoint` finished for checkpoint directory `name` in `run`: its tag is set (only after
+    the upload completed) and, with `register_as`, a model version of this run at `step` exists. A kill
+    during the upload or before the registration leaves this False, so a resume logs it again."""
+    if name not in logged_checkpoints(run.client, run.run_id):
+        return False
+    if register_as is None:
+        return True
+    try:
+        versions = run.client.search_model_versions(f"name='{register_as}' and run_id='{run.run_id}'")
+    except MlflowException:
+        return False
+    return any(step is None or v.tags.get("envace.checkpoint.step") == str(step) for v in versions)
+
+
 def logged_checkpoints(client: MlflowClient, run_id: str) -> dict[str, dict[str, Any]]:
     """{checkpoint directory name: its record} of every checkpoint `log_checkpoint` recorded in a run."""
     tags = client.get_run(run_id).data.tags

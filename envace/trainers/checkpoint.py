@@ -15,10 +15,15 @@ Loading a checkpoint never executes code from it (checkpoints travel through sha
 read only as safetensors (a model dir without them, or any pickle-format file such as `*.bin` / `*.pkl`, is
 refused), every `*.json` must parse as JSON, and `optim.pt` is read with `torch.load(weights_only=True)`,
 whose unpickler admits tensors and plain values only; anything else is refused with one line naming the file.
+
+A write that fails (full disk, read-only filesystem, permissions) removes its temporary folder and raises
+`CheckpointWriteError` saying what failed and where; torch reports a full disk as an opaque RuntimeError,
+so the free space decides that case.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -47,6 +52,54 @@ class CorruptCheckpointError(ValueError):
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
         self.path, self.reason = Path(path), reason
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written; says what failed (no space, read-only, permission) and where.
+    Its temporary folder is already removed."""
+
+    def __init__(self, final: Path, exc: BaseException) -> None:
+        code = exc.errno if isinstance(exc, OSError) else None
+        root = final.parent
+        if code is None and _free_bytes(root) < 1 << 20:  # torch's "file write failed" on a full disk
+            code = errno.ENOSPC
+        reason, fix = {
+            errno.ENOSPC: ("no space left on the device", "free space there or set out_dir on a larger disk"),
+            errno.EDQUOT: ("disk quota exceeded", "free space in your quota or set out_dir elsewhere"),
+            errno.EROFS: ("the filesystem is read-only", "set out_dir on a writable filesystem"),
+            errno.EACCES: ("permission denied", f"make {root} writable or set out_dir elsewhere"),
+            errno.EPERM: ("permission denied", f"make {root} writable or set out_dir elsewhere"),
+        }.get(code, (" ".join(str(exc).split())[:200] or type(exc).__name__, "check the disk and the path"))
+        where = getattr(exc, "filename", None) or root
+        super().__init__(code or errno.EIO, f"cannot write checkpoint {final.name} in {root}: {reason} "
+                         f"(writing {where}); {fix}", str(where))
+        self.path, self.reason = final, reason
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+def _free_bytes(path: Path) -> int:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 1 << 62
+
+
+def own_resume_meta(meta: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
+    """The resume meta a run in `out_dir` may continue. A checkpoint written for another run folder that
+    still exists (this folder is a copy of it) must not continue that folder's MLflow and store runs —
+    both would log into one run, the copy's metrics dropped as already logged — so the copy starts its
+    own, tagged with the parent's MLflow run id. A moved folder (the old path is gone) continues."""
+    recorded = meta.get("out_dir")
+    here = Path(out_dir).resolve()
+    if not recorded or Path(recorded) == here or not Path(recorded).is_dir():
+        return meta
+    warnings.warn(f"{here} holds checkpoints of the run folder {recorded} (a copy): starting a new MLflow run "
+                  f"(tag envace.copied_from={meta.get('mlflow_run_id')}) instead of continuing that one's",
+                  stacklevel=2)
+    own = {k: v for k, v in meta.items() if k not in ("mlflow_run_id", "store_run_id")}
+    return {**own, "copied_from": meta.get("mlflow_run_id")}
 
 
 @dataclass
@@ -98,18 +151,22 @@ def save_checkpoint(root: str | Path, step: int, models: dict[str, Any], tokeniz
     from envace.secrets import mask_secrets
 
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(step)
     tmp = root / f".tmp_{step_dir_name(step)}_{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    for name, model in models.items():
-        save_model(model, tokenizer, tmp / name)  # quiet, umask file modes
-    torch.save({name: opt.state_dict() for name, opt in optimizers.items()}, tmp / OPTIM)
-    record = mask_secrets({**meta, "step": step, "files": _manifest(tmp)})
-    (tmp / META).write_text(json.dumps(record, indent=2, default=str))
-    _fsync_tree(tmp)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        for name, model in models.items():
+            save_model(model, tokenizer, tmp / name)  # quiet, umask file modes
+        torch.save({name: opt.state_dict() for name, opt in optimizers.items()}, tmp / OPTIM)
+        record = mask_secrets({**meta, "step": step, "files": _manifest(tmp)})
+        (tmp / META).write_text(json.dumps(record, indent=2, default=str))
+        _fsync_tree(tmp)
+    except (OSError, RuntimeError) as exc:  # torch's writer reports a full disk as a RuntimeError
+        shutil.rmtree(tmp, ignore_errors=True)  # a half-written step must not keep the disk full
+        raise CheckpointWriteError(final, exc) from exc
     old = None
     if final.exists():  # a re-run of the same step after resume: move the old one aside, then replace it
         old = root / f".old_{step_dir_name(step)}_{os.getpid()}"

@@ -6,7 +6,9 @@ env | simulator), score them, build one row per role call, compute advantages gr
 and update each model (`update_models`). `policy=shared` trains one model on both roles' rows;
 `policy=per_role` keeps two models, each updated only from its own role's rows. Checkpoints every
 `save_every` steps; a restarted run resumes from the newest intact checkpoint at the next step (a damaged
-newer one is skipped with a warning: `envace.trainers.checkpoint.latest_checkpoint`).
+newer one is skipped with a warning: `envace.trainers.checkpoint.latest_checkpoint`). One process writes a
+run folder at a time (`run_lock`); a copied folder starts its own MLflow and store runs
+(`own_resume_meta`); a checkpoint whose MLflow upload a kill cut short is logged again on resume.
 Options around that loop: dynamic sampling (`dynamic_sampling`, DAPO: zero-signal groups dropped and
 refilled), linear lr warm-up (`optim.warmup_steps`), the rehearsal exploitation monitor
 (`shadow_monitor`: rehearsed vs real reward, never seen by the policy) and the diagnostics `reward=toy`
@@ -33,12 +35,13 @@ from envace.engines.factory import engine_name, make_engine
 from envace.models.loading import load_policy, pick_device
 from envace.rollout import derive_seed, run_rollout
 from envace.tracking.gitinfo import git_commit
-from envace.trainers.checkpoint import latest_checkpoint, load_optimizer_states, save_checkpoint
+from envace.trainers.checkpoint import latest_checkpoint, load_optimizer_states, own_resume_meta, save_checkpoint
 from envace.trainers.config import TrainConfig
 from envace.trainers.dynamic_sampling import SampledBatch, informative_groups, sample_with_refill
 from envace.trainers.metrics import step_metrics
 from envace.trainers.prompt_style import warn_on_style_mismatch
 from envace.trainers.rewarding import RewardScorer
+from envace.trainers.run_lock import run_lock
 from envace.trainers.run_tracker import RunTracker
 from envace.trainers.schedule import lr_at, set_lr
 from envace.trainers.shadow import shadow_metrics, shadow_replay
@@ -154,6 +157,12 @@ def _shadow_metrics(trajs: list[Trajectory], scorer: RewardScorer) -> dict[str, 
 
 
 def train(cfg: TrainConfig) -> TrainResult:
+    """Train under an exclusive lock on `cfg.out_dir` (one writer per run folder: envace.trainers.run_lock)."""
+    with run_lock(cfg.out_dir):
+        return _train(cfg)
+
+
+def _train(cfg: TrainConfig) -> TrainResult:
     out_dir = Path(cfg.out_dir)
     ckpt_root = out_dir / "checkpoints"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -180,7 +189,9 @@ def train(cfg: TrainConfig) -> TrainResult:
         sim_model, _ = load_policy(cfg.rollout.simulator_model, device=device)
         simulator = make_engine(sim_model, policy.tokenizer, device=device)
     env_factory = scorer.env_factory() if mode is Mode.ENV else None
-    tracker = RunTracker(cfg, resume_meta=resume.meta if resume else None)
+    tracker = RunTracker(cfg, resume_meta=own_resume_meta(resume.meta, out_dir) if resume else None)
+    if resume is not None:  # a kill during its MLflow upload left it unrecorded (or its model version missing)
+        tracker.ensure_checkpoint_logged(resume.path, final=resume.step == cfg.steps)
     tracker.log_engines({n: engine_name(e) for n, e in policy.engines.items()}
                         | ({"simulator": engine_name(simulator)} if simulator is not None else {})
                         | ({"judge": scorer.judge_label} if scorer.judge_label else {}))
@@ -215,7 +226,8 @@ def train(cfg: TrainConfig) -> TrainResult:
                 result.checkpoint = save_checkpoint(
                     ckpt_root, step, policy.models, policy.tokenizer, policy.optimizers,
                     {"config": cfg.model_dump(mode="json"), "git_commit": git_commit(),
-                     "mlflow_run_id": tracker.mlflow_run_id, "store_run_id": tracker.run_id, "lr": lr},
+                     "mlflow_run_id": tracker.mlflow_run_id, "store_run_id": tracker.run_id, "lr": lr,
+                     "out_dir": str(out_dir.resolve())},
                     keep=cfg.keep_checkpoints)
                 tracker.log_checkpoint(result.checkpoint, final=step == cfg.steps)  # MLflow lists every save
             if bar is not None:

@@ -102,7 +102,9 @@ class RunTracker:
             uri, cfg.tracking.experiment, Path(cfg.out_dir).name, cfg,
             parent_run_id=cfg.tracking.parent_run_id, resume_run_id=meta.get("mlflow_run_id"),
             tags={"envace.kind": kind, "envace.mode": cfg.rollout.mode, "envace.policy": cfg.policy,
-                  "envace.store_run_id": self.run_id}, input_paths=inputs))
+                  "envace.store_run_id": self.run_id}
+            | ({"envace.copied_from": meta["copied_from"]} if meta.get("copied_from") else {}),
+            input_paths=inputs))
         self.mlflow_run_id = self.mlflow.run_id
         if meta.get("mlflow_run_id"):
             hist = self.mlflow.metric_history("reward/mean")
@@ -181,13 +183,31 @@ class RunTracker:
         if not self.enabled:
             return
         from envace.tracking.checkpoint_ref import checkpoint_ref
-        from envace.tracking.mlflow_checkpoints import log_checkpoint, registered_model_name
+        from envace.tracking.mlflow_checkpoints import log_checkpoint
 
         ref = checkpoint_ref(path)
         t = self.cfg.tracking
-        name = (t.registered_model or registered_model_name(f"envace-{Path(self.cfg.out_dir).name}")) if final else None
+        name = self._model_name() if final else None
         log_checkpoint(self.mlflow, path, register_as=name, max_artifact_mb=t.checkpoint_artifact_max_mb,
                        content_hash=ref.content_hash, step=ref.step)
+
+    def _model_name(self) -> str:
+        from envace.tracking.mlflow_checkpoints import registered_model_name
+
+        return self.cfg.tracking.registered_model or registered_model_name(f"envace-{Path(self.cfg.out_dir).name}")
+
+    def ensure_checkpoint_logged(self, path: Path, *, final: bool = False) -> None:
+        """Log the checkpoint a run resumes from unless MLflow already holds it completely (its upload
+        tag and, for the final one, its model version): a kill mid-upload leaves neither."""
+        if not self.enabled:
+            return
+        from envace.tracking.checkpoint_ref import checkpoint_ref
+        from envace.tracking.mlflow_checkpoints import checkpoint_recorded
+
+        step = checkpoint_ref(path).step
+        if not checkpoint_recorded(self.mlflow, Path(path).name, register_as=self._model_name() if final else None,
+                                   step=step):
+            self.log_checkpoint(path, final=final)
 
     def close(self, outcome: RunOutcome | None = None) -> None:
         """Send what is buffered, close the store writer and end both runs. Without `outcome`, it is read
