@@ -133,3 +133,15 @@ def encode_chat(tokenizer: Any, conversation: Sequence[Mapping[str, Any]], *,
         ids += _input_ids(tokenizer(tail, add_special_tokens=False))
         text.append(tail)
     return EncodedChat(text="".join(text), ids=ids)
+
+
+def encode_target(tokenizer: Any, text: str) -> list[int]:
+    """A training target the template rendered (one assistant turn, one Rehearse result): its text as
+    ordinary text, and the control strings it ends with (the end-of-turn marker the template wrote) as
+    their control ids. A control string inside the text stays text, as in a rollout's prompts."""
+    body, tail = text, ""
+    ends = control_strings(tokenizer)
+    while (end := next((s for s in ends if body.endswith(s)), None)) is not None:
+        body, tail = body[: -len(end)], end + tail
+    ids = encode_text(tokenizer, body) if body else []
+    return ids + (_input_ids(tokenizer(tail, add_special_tokens=False)) if tail else [])

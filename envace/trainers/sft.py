@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from envace.chat_tokens import encode_target
 from envace.data.tasks import load_tasks
 from envace.models.loading import load_policy, pick_device, save_model
 from envace.roles.act import act_prompt_ids
@@ -78,7 +79,7 @@ def act_samples(task: Task, tokenizer) -> list[Sample]:
     """One sample per assistant message: the Act prompt exactly as the rollout builds it, then the
     gold message. The reference form that `packed_act_sample` must reproduce."""
     return [Sample.of(Role.ACT, act_prompt_ids(tokenizer, task.messages[:i], task.tools),
-                      tokenizer.encode(target, add_special_tokens=False))
+                      encode_target(tokenizer, target))
             for i, _, target in _act_targets(task, tokenizer)]
 
 
@@ -103,7 +104,7 @@ def packed_act_sample(task: Task, tokenizer) -> Sample | None:
         is_target += [False] * len(ctx)
         if ids != act_prompt_ids(tokenizer, task.messages[:i], task.tools):
             return None
-        tgt = tokenizer.encode(target, add_special_tokens=False)
+        tgt = encode_target(tokenizer, target)
         ids += tgt
         is_target += [True] * len(tgt)
         text = prompt_text + target
@@ -127,7 +128,7 @@ def rehearse_samples(task: Task, tokenizer, *, few_shot: bool, style: str) -> li
             chat = rehearse_messages(task, msgs[:i], act_text, call, few_shot=few_shot, style=style)
             target = render_execution_result(obj) + END
             out.append(Sample.of(Role.REHEARSE, rehearse_prompt_ids(tokenizer, chat),
-                                 tokenizer.encode(target, add_special_tokens=False)))
+                                 encode_target(tokenizer, target)))
     return out
 
 
