@@ -125,6 +125,9 @@ class RunTracker:
             old = json.loads(path.read_text()) if path.is_file() else {}
         except (json.JSONDecodeError, UnicodeDecodeError):
             old = {}
+        here = str(Path(self.cfg.out_dir).resolve())
+        if old.get("out_dir") not in (None, here):  # copied from another folder: those runs are not ours to end
+            old = {}
         old_ml, old_store = old.get("mlflow_run_id"), old.get("store_run_id")
         if old_ml and old_ml != self.mlflow_run_id:
             try:
@@ -139,7 +142,8 @@ class RunTracker:
         if old_store and old_store != self.run_id and get_run_status(self.writer.engine, old_store) == "running":
             set_run_status(self.writer.engine, old_store, RunOutcome.KILLED.store_status)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"mlflow_run_id": self.mlflow_run_id, "store_run_id": self.run_id}, indent=2))
+        path.write_text(json.dumps({"mlflow_run_id": self.mlflow_run_id, "store_run_id": self.run_id,
+                                    "out_dir": here}, indent=2))
 
     def log_engines(self, engines: dict[str, str]) -> None:
         """Which generation engine ran each model: run params `engine.<model>` (a resumed run keeps the

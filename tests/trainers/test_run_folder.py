@@ -158,6 +158,7 @@ def test_a_copied_run_folder_starts_its_own_mlflow_run(tiny_model_dir, tmp_path)
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     client = MlflowClient(f"sqlite:///{db}")
     parent_points = len(client.get_metric_history(first.mlflow_run_id, "reward/mean"))
+    client.update_run(first.mlflow_run_id, status="RUNNING")  # the parent is still training in its own folder
     with pytest.warns(UserWarning, match="a copy"):
         copy = train(_cfg(tiny_model_dir, tmp_path / "b", db, steps=2))
     assert copy.mlflow_run_id != first.mlflow_run_id
@@ -165,6 +166,7 @@ def test_a_copied_run_folder_starts_its_own_mlflow_run(tiny_model_dir, tmp_path)
     assert run.data.tags["envace.copied_from"] == first.mlflow_run_id
     assert [m.step for m in client.get_metric_history(copy.mlflow_run_id, "reward/mean")] == [2]  # not dropped
     assert len(client.get_metric_history(first.mlflow_run_id, "reward/mean")) == parent_points  # parent untouched
+    assert client.get_run(first.mlflow_run_id).info.status == "RUNNING"  # the copy did not end the parent's run
 
 
 def test_a_resumed_sweep_cells_summary_is_the_one_mlflow_holds(tiny_model_dir, tmp_path):
