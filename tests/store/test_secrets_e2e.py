@@ -1,7 +1,8 @@
 """A database password never leaves the process (issue 16, item 2): a real training run whose trajectory
 store is a PostgreSQL URL with a password writes its trajectories there (so it connected with the real URL),
-and `grep -r PASSWORD` over the run directory, the MLflow store (database + artifacts) and a `pg_dump` of the
-trajectory store finds nothing, while the masked URL is what every record holds."""
+and `grep -rF <password>` (a plain one, and one with a slash, a space and a quote) over the run directory,
+the MLflow store (database + artifacts) and a `pg_dump` of the trajectory store finds nothing, while the
+masked URL is what every record holds."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import torch
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.postgres
-SECRET = "PASSWORD-f16-x9"  # trust auth on the test server: any password is accepted, and must be hidden
+# trust auth on the test server: any password is accepted, and must be hidden; the second is not
+# percent-encoded and holds a slash, a space and a quote (SQLAlchemy itself needs an @ encoded)
+SECRETS = ["PASSWORD-f16-x9", "PASS/W0RD f16'x9"]
 
 
 @pytest.fixture
@@ -37,16 +40,17 @@ def world_model(tmp_path_factory):
 
 
 def _grep(pattern: str, *paths) -> str:
-    res = subprocess.run(["grep", "-r", "-a", "-l", pattern, *map(str, paths)], capture_output=True, text=True)
+    res = subprocess.run(["grep", "-r", "-a", "-l", "-F", pattern, *map(str, paths)], capture_output=True, text=True)
     assert res.returncode in (0, 1), res.stderr  # 1 = no match
     return res.stdout
 
 
-def test_training_with_a_postgres_password_stores_it_nowhere(pg_server, pg_db, world_model, tmp_path, capfd):
+@pytest.mark.parametrize("secret", SECRETS)
+def test_training_with_a_postgres_password_stores_it_nowhere(pg_server, pg_db, world_model, tmp_path, capfd, secret):
     from envace.trainers.config import TrainConfig
     from envace.trainers.embedded import train
 
-    url = f"postgresql+psycopg://postgres:{SECRET}@127.0.0.1:{pg_server.port}/{pg_db}"
+    url = f"postgresql+psycopg://postgres:{secret}@127.0.0.1:{pg_server.port}/{pg_db}"
     masked = f"postgresql+psycopg://postgres:***@127.0.0.1:{pg_server.port}/{pg_db}"
     run_dir, mlflow_dir = tmp_path / "run", tmp_path / "mlflow"
     cfg = TrainConfig.model_validate({
@@ -73,9 +77,9 @@ def test_training_with_a_postgres_password_stores_it_nowhere(pg_server, pg_db, w
     assert (run_dir / "config.yaml").is_file() and list(run_dir.glob("checkpoints/step_*/meta.json"))
     assert list(mlflow_dir.rglob("config.yaml"))  # the MLflow config artifact exists (and is searched)
 
-    assert _grep("PASSWORD", run_dir, mlflow_dir, dump) == ""
+    assert _grep(secret, run_dir, mlflow_dir, dump) == ""
     assert masked in (run_dir / "config.yaml").read_text()
     run = MlflowClient(f"sqlite:///{mlflow_dir / 'mlflow.db'}").get_run(res.mlflow_run_id)
     assert run.data.params["tracking.store_url"] == masked
     out, err = capfd.readouterr()
-    assert "PASSWORD" not in out + err  # logs and warnings printed during the run
+    assert secret not in out + err  # logs and warnings printed during the run
