@@ -1,7 +1,8 @@
-"""Bounds on an `envace serve` request, checked on the decoded JSON before validation, templating or
-tokenising: nesting depth, number of messages, size of each tool call's arguments, lone surrogates, and
-the shape of every message and tool call (so `tool_calls: [5]` is a 400 naming the field, not a 500 from
-the template). The raw body is already capped at `max_request_bytes` before it is decoded.
+"""Bounds on an `envace serve` request: the count of objects and arrays on the raw bytes (`check_raw`,
+before decoding), then, on the decoded JSON before validation, templating or tokenising: nesting depth,
+number of messages, size of each tool call's arguments, lone surrogates, and the shape of every message
+and tool call (so `tool_calls: [5]` is a 400 naming the field, not a 500 from the template). The raw body
+is already capped at `max_request_bytes` before it is decoded.
 
 `template_chars` counts every character the chat template copies into the prompt (content, tool-call
 names and arguments, tool schemas), so a request whose text cannot fit the context is refused without
@@ -28,6 +29,16 @@ class RequestLimits:
     max_messages: int = 2048
     max_tool_call_bytes: int = 1_000_000  # one call's arguments, as UTF-8 JSON
     max_tools: int = 512
+    max_containers: int = 100_000  # `{` + `[` bytes in the raw body: bounds what decoding allocates
+
+
+def check_raw(raw: bytes, limits: RequestLimits) -> None:
+    """Before decoding: an upper bound on the objects and arrays the body decodes into (brackets inside
+    strings count too, so this over-counts; a request that near the bound cannot fit a context anyway)."""
+    n = raw.count(b"{") + raw.count(b"[")
+    if n > limits.max_containers:
+        raise RequestLimitError(f"the body holds up to {n} JSON objects and arrays; this server allows "
+                                f"{limits.max_containers}")
 
 
 def _path(parts: tuple[Any, ...]) -> str:

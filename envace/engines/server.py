@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envace.engines.chat_model import ChatRequestError, LocalChatModel
-from envace.engines.request_limits import RequestLimitError, RequestLimits, check_body, template_chars
+from envace.engines.request_limits import RequestLimitError, RequestLimits, check_body, check_raw, template_chars
 
 MAX_SEED = 2**63 - 1
 DEFAULT_MAX_REQUEST_BYTES = 8_000_000
@@ -261,6 +261,7 @@ def create_app(model_dir: str | Path | None = None, *, chat: LocalChatModel | No
                 return _error(413, f"request body is larger than this server's limit of {max_request_bytes} "
                                    f"bytes; send a shorter request (envace serve --max-request-bytes)")
             try:
+                check_raw(raw, request_limits)
                 body = json.loads(raw)
                 del raw
                 check_body(body, request_limits)

@@ -84,6 +84,12 @@ def test_deep_nesting_past_the_json_parser_is_a_400(url):
     assert _raw(url, '{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}").status_code == 400
 
 
+def test_millions_of_tiny_arrays_are_refused_before_decoding(url):
+    body = '{"messages": [{"role": "user", "content": "x"}], "pad": [' + ",".join(["[]"] * 150_000) + "]}"
+    # 150000 inner arrays + the body, messages, its message and pad: 150004
+    assert "150004 JSON objects and arrays; this server allows 100000" in _message(_raw(url, body))
+
+
 def _rss_peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
