@@ -146,6 +146,8 @@ def test_kill_during_the_final_checkpoint_upload_then_resume_leaves_the_register
     got = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
     assert got == want
     assert client.get_run(again.mlflow_run_id).info.status == "FINISHED"
+    train(cfg)  # a complete checkpoint is not logged or registered twice
+    assert len(client.search_model_versions("name='envace-test-model'")) == 1
 
 
 def test_a_copied_run_folder_starts_its_own_mlflow_run(tiny_model_dir, tmp_path):
