@@ -62,10 +62,33 @@ def test_epochs_are_kept_when_they_already_reach(verl_api, verl_config_factory, 
     assert trainer.config.trainer.total_epochs == 2  # 3 x 2 >= 5
 
 
+def _prompt_lengths(parquet_path, tokenizer) -> list[int]:
+    """Each row's first-prompt length as verl's filter measures it (chat template, generation prompt)."""
+    import pandas as pd
+
+    out = []
+    for prompt in pd.read_parquet(parquet_path)["prompt"]:
+        ids = tokenizer.apply_chat_template([dict(m) for m in prompt], add_generation_prompt=True, tokenize=True)
+        out.append(len(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    return out
+
+
+def test_epochs_come_from_the_rows_left_after_filtering(verl_api, verl_config_factory, tokenizer, parquet_path):
+    lengths = _prompt_lengths(parquet_path, tokenizer)
+    cut = sorted(lengths)[len(lengths) // 2]  # about half the rows are longer than this
+    kept = sum(n <= cut for n in lengths)
+    assert 4 <= kept < len(lengths)
+    trainer = _with_data(verl_config_factory, tokenizer, "data.dataloader_num_workers=0",
+                         f"data.max_prompt_length={cut}", train_batch_size=4, total_training_steps=5)
+    trainer._init_dataloader()
+    assert len(trainer.train_dataset) == kept  # verl's filter, counted here independently
+    assert trainer.config.trainer.total_epochs == math.ceil(5 / (kept // 4))
+
+
 def test_too_few_rows_after_filtering_stop_with_the_file_named(verl_api, verl_config_factory, tokenizer, parquet_path):
-    # every tool-world prompt is longer than 64 tokens: verl's filter leaves none
-    trainer = _with_data(verl_config_factory, tokenizer, "data.dataloader_num_workers=0", "data.max_prompt_length=64",
-                         train_batch_size=4)
+    shortest = min(_prompt_lengths(parquet_path, tokenizer))
+    trainer = _with_data(verl_config_factory, tokenizer, "data.dataloader_num_workers=0",
+                         f"data.max_prompt_length={shortest - 1}", train_batch_size=4)  # verl's filter leaves none
     with pytest.raises(ValueError, match=r"0 training rows left after verl's overlong-prompt filter") as err:
         trainer._init_dataloader()
     assert str(parquet_path) in str(err.value) and "train_batch_size=4" in str(err.value)

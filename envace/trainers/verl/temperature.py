@@ -38,6 +38,7 @@ import torch
 
 from envace.engines.base import logprob_temperature
 from envace.trainers.verl.deps import require
+from envace.trainers.verl.logits import scale_logits_fp32
 
 TEMPERATURE_FIELD = "temperature"  # the TransferQueue field / micro-batch key verl's engines read
 EXTRA_KEY = "temperature"  # where the agent loop records a row's sampling temperature (extra_fields)
@@ -90,14 +91,6 @@ class RowTemperatureGroup:
 
     def update_actor(self, batch: Any) -> Any:
         return self._group.update_actor(self._apply(batch))
-
-
-def scale_logits_fp32(logits: torch.Tensor, temperature: Any, *, is_unit_temperature: bool) -> torch.Tensor:
-    """verl's `_scale_logits_by_temperature` with the division in fp32 (module docstring)."""
-    if is_unit_temperature:
-        return logits
-    temperature = torch.as_tensor(temperature, device=logits.device)
-    return logits.float() / temperature.float().clamp(min=1e-8)
 
 
 def install_fp32_division() -> None:

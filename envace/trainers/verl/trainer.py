@@ -88,11 +88,18 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
     def _init_dataloader(self) -> None:
         """verl's dataloaders, then epochs reconciled with the configured steps on the rows left after
         verl's overlong-prompt filter (verl would stop after total_epochs, short of the steps, silently)."""
-        super()._init_dataloader()
-        epochs = reconcile_epochs(rows=len(self.train_dataset), batch_size=int(self.config.data.train_batch_size),
+        batch, files = int(self.config.data.train_batch_size), list(self.config.data.train_files)
+        try:
+            super()._init_dataloader()
+        except ValueError:  # verl's sampler refuses an empty dataset with its own words
+            dataset = getattr(self, "train_dataset", None)
+            if dataset is None:
+                raise
+            reconcile_epochs(rows=len(dataset), batch_size=batch, steps=None, epochs=1, files=files)
+            raise
+        epochs = reconcile_epochs(rows=len(self.train_dataset), batch_size=batch,
                                   steps=self.config.trainer.total_training_steps,
-                                  epochs=int(self.config.trainer.total_epochs),
-                                  files=list(self.config.data.train_files))
+                                  epochs=int(self.config.trainer.total_epochs), files=files)
         if epochs != int(self.config.trainer.total_epochs):
             print(f"envace: {len(self.train_dataset)} training rows after filtering = {self.steps_per_epoch} steps "
                   f"per epoch; trainer.total_epochs {self.config.trainer.total_epochs} -> {epochs} to reach "
