@@ -71,8 +71,8 @@ def preflight(dry: bool, extra: list[str]) -> dict[str, Any]:
         out["checks"]["nvidia-smi"] = "not run (dry run on CPU)"
     else:
         try:
-            smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=60)
+            query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+            smi = subprocess.run(query, capture_output=True, text=True, timeout=60)
             out["checks"]["nvidia-smi"] = smi.stdout.strip() or smi.stderr.strip()
             if smi.returncode != 0:
                 failed.append(f"nvidia-smi exit {smi.returncode}")
