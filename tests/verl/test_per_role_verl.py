@@ -58,6 +58,8 @@ def test_cli_dry_run_composes_and_states_the_gpu_cost(capsys, per_role_cfg):
     assert main([str(EXAMPLE), "policy=per_role", "--dry-run", "--show-config"]) == 0
     out = capsys.readouterr().out
     assert "+envace.policy=per_role" in out and "policy: per_role" in out  # the composed verl config
+    assert "# verl validate_config: ok" in out
+    assert "# rollout names: act=vllm (servers vllm_server_<replica>_<node>), rehearse=envace_rehearse_vllm" in out
     pool = per_role_cfg.nnodes * per_role_cfg.n_gpus_per_node
     assert f"= {pool} GPUs" in out and f"needs {2 * pool} GPUs" in out
 

@@ -221,6 +221,28 @@ def compose_verl_config(overrides: list[str]) -> Any:
         return compose(config_name="ppo_trainer", overrides=list(overrides))
 
 
+def validate_composed(composed: Any) -> list[str]:
+    """verl's own `validate_config` on the composed config (batch sizes, micro-batches, dynamic batch size,
+    rollout settings), and the rollout name each actor's servers run under; the lines the dry run prints."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from envace.trainers.verl.config import LoopSettings
+
+    validate_config(composed, use_reference_policy=need_reference_policy(composed), use_critic=need_critic(composed))
+    lines = ["# verl validate_config: ok"]
+    name = str(composed.actor_rollout_ref.rollout.name)
+    if LoopSettings.from_verl(composed).policy == "per_role":
+        from envace.trainers.verl.rollout_names import rehearse_config
+
+        rehearse = str(rehearse_config(composed).actor_rollout_ref.rollout.name)
+        lines.append(f"# rollout names: act={name} (servers {name}_server_<replica>_<node>), rehearse={rehearse} "
+                     f"(servers {rehearse}_server_<replica>_<node>)")
+    else:
+        lines.append(f"# rollout name: {name}")
+    return lines
+
+
 def launch_verl(cfg: VerlLaunchConfig, *, dry_run: bool = False, environ: dict[str, str] | None = None) -> list[str]:
     """Run verl's main_ppo for `cfg` against the Ray cluster at `cfg.ray_address` / $RAY_ADDRESS (blocking).
 
@@ -252,10 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)
     cfg = load_config(VerlLaunchConfig, args.config, args.overrides)
     composed = compose_verl_config(build_overrides(cfg)) if (args.check or args.dry_run) else None
+    checked = validate_composed(composed) if composed is not None else []
     cmd = launch_verl(cfg, dry_run=args.dry_run)
     if args.dry_run:
         print(f"RAY_ADDRESS={cfg.ray_address or os.environ.get('RAY_ADDRESS', '<unset>')} \\")
         print(" \\\n    ".join(shlex.quote(c) for c in cmd))
+        for line in checked:
+            print(line)
         if cfg.policy == "per_role":
             print(f"# {per_role_resources(cfg)}")
         if args.show_config:
