@@ -68,7 +68,6 @@ _tq = require("transfer_queue")
 _tensordict = require("tensordict")
 
 
-
 @_v1.register_trainer(TRAINER_MODE)
 class EnvaceTrainer(_v1.PPOTrainerSync):
     """verl's synchronous V1 trainer with role-wise GRPO advantages and one update per step."""
