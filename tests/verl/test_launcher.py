@@ -98,7 +98,9 @@ def test_dry_run_prints_the_runnable_command(capsys, example_cfg):
     out = capsys.readouterr().out
     lines = out.strip().splitlines()
     assert lines[0].startswith("RAY_ADDRESS=")
-    cmd = shlex.split(" ".join(line.rstrip("\\") for line in lines[1:]))
+    notes = [i for i, line in enumerate(lines) if line.startswith("#")]
+    assert lines[notes[0]:notes[0] + 2] == ["# verl validate_config: ok", "# rollout name: vllm"]
+    cmd = shlex.split(" ".join(line.rstrip("\\") for line in lines[1:notes[0]]))
     assert cmd[:3] == ["python", "-m", "verl.trainer.main_ppo"]
     assert "actor_rollout_ref.rollout.n=8" in cmd and "+envace.mode=env" in cmd
     assert cmd[3:] == build_overrides(load_config(VerlLaunchConfig, EXAMPLE,

@@ -121,12 +121,14 @@ def test_kl_in_reward_is_verls_own_step(run_session, verl_config_factory, rl_dat
     assert seen == [1] and "actor/reward_kl_penalty" in metrics
 
     got = tq.kv_batch_get(keys=batch.keys, partition_id="train",
-                          select_fields=["token_level_rewards", "rm_scores", "advantages"])
+                          select_fields=["token_level_rewards", "rm_scores", "advantages", "response_mask"])
     penalised = {}
-    for key, r, score in zip(batch.keys, got["token_level_rewards"].unbind(0), got["rm_scores"].unbind(0)):
-        # kl penalty "kl": old - ref = 0.1 on every response token, times beta 0.5
-        assert torch.allclose(r, score - 0.5 * 0.1, atol=1e-5), key
+    for key, r, score, mask in zip(batch.keys, got["token_level_rewards"].unbind(0), got["rm_scores"].unbind(0),
+                                   got["response_mask"].unbind(0)):
+        # kl penalty "kl": old - ref = 0.1 on every response token, times beta 0.5 (verl masks padding rows' tokens)
+        assert torch.allclose(r, score - 0.5 * 0.1 * mask.to(score.dtype), atol=1e-5), key
         penalised[key] = float(r.sum())
+    assert all(penalised[k] < rewards[k] for k in keys)  # the penalty reached every real row
     expected = role_grpo_advantages([penalised[k] for k in keys], [uid] * len(keys),
                                     [k.rsplit("_", 2)[1] for k in keys], [roles[k] for k in keys]).tolist()
     for key, adv in zip(batch.keys, got["advantages"].unbind(0)):

@@ -224,12 +224,16 @@ def compose_verl_config(overrides: list[str]) -> Any:
 def validate_composed(composed: Any) -> list[str]:
     """verl's own `validate_config` on the composed config (batch sizes, micro-batches, dynamic batch size,
     rollout settings), and the rollout name each actor's servers run under; the lines the dry run prints."""
+    import contextlib
+
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
     from envace.trainers.verl.config import LoopSettings
 
-    validate_config(composed, use_reference_policy=need_reference_policy(composed), use_critic=need_critic(composed))
+    with contextlib.redirect_stdout(sys.stderr):  # verl prints its verdict; stdout stays the runnable command
+        validate_config(composed, use_reference_policy=need_reference_policy(composed),
+                        use_critic=need_critic(composed))
     lines = ["# verl validate_config: ok"]
     name = str(composed.actor_rollout_ref.rollout.name)
     if LoopSettings.from_verl(composed).policy == "per_role":
