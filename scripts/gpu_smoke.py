@@ -91,16 +91,15 @@ def verl_config(workdir: str, model_dir: str, parquet: str) -> int:
     import yaml
 
     overrides = ["trainer.val_before_train=false", "actor_rollout_ref.rollout.enforce_eager=true"]
-    if importlib.util.find_spec("flash_attn") is None:
-        # verl's FSDP actor defaults to flash-attention 2 with remove-padding; without flash-attn use SDPA
-        overrides += ["+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-                      "actor_rollout_ref.model.use_remove_padding=false"]
+    # the launcher's default is sdpa without remove-padding; flash-attention only where it is installed
+    attn = "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else "sdpa"
     cfg = {
-        "model": model_dir, "train_files": [parquet], "rollout": "vllm", "n": 2, "train_batch_size": 2,
-        "max_prompt_length": 768, "rollout_prompt_length": 768, "max_response_length": 64, "max_model_len": 1024,
+        "model": model_dir, "train_files": [str(Path(parquet).resolve())], "rollout": "vllm", "n": 2,
+        "train_batch_size": 2, "attn_implementation": attn, "max_prompt_length": 768, "rollout_prompt_length": 768,
+        "max_response_length": 64, "max_model_len": 1024, "max_tokens_per_gpu": 1024,
         "gpu_memory_utilization": 0.3, "nnodes": 1, "n_gpus_per_node": 1, "total_training_steps": 2,
         "save_freq": -1, "test_freq": -1, "loggers": ["console"], "experiment": "gpu_smoke",
-        "checkpoint_dir": str(Path(workdir, "verl_ckpt")), "python": sys.executable,
+        "checkpoint_dir": str(Path(workdir, "verl_ckpt").resolve()), "python": sys.executable,
         "loop": {"act": {"temperature": 1.0, "max_tokens": 48}, "rehearse": {"temperature": 0.01, "max_tokens": 48},
                  "max_assistant_turns": 2, "threads": 8},
         "overrides": overrides,

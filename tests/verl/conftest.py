@@ -33,7 +33,7 @@ def verl_api():
 
     from envace.trainers import verl_plugin
 
-    assert verl_plugin.SKIPPED == {}, verl_plugin.SKIPPED
+    assert verl_plugin.REGISTERED == list(verl_plugin.PIECES), verl_plugin.REGISTERED
     return {"agent_loop": agent_loop, "DataProto": DataProto, "core_algos": core_algos, "trainer_base": trainer_base,
             "RLHFDataset": RLHFDataset, "TokenOutput": TokenOutput}
 

@@ -63,7 +63,10 @@ def test_bridge_sglang_and_missing_logprobs(verl_api, tokenizer):
                                                             backend="sglang"),
                             [GenRequest([1], stop=["</x>"], seed=3)])
     (rid, params), = server.seen
-    assert rid == "s" and "seed" not in params and "include_stop_str_in_output" not in params
+    # SGLang's own names: the seed as sampling_seed, the stop string kept with no_stop_trim (vLLM's names
+    # would be ignored there: the Rehearse parser would lose its closing tag and the call its seed)
+    assert rid == "s" and params["stop"] == ["</x>"] and params["no_stop_trim"] is True
+    assert params["sampling_seed"] == 3 and "seed" not in params and "include_stop_str_in_output" not in params
     assert res.logprobs == [0.0, 0.0, 0.0] and engine.stats.missing_logprobs == 1
 
 

@@ -1,4 +1,5 @@
-"""scripts/gpu_smoke.sh on a CPU-only machine: a clear "no GPU: skipped" line and exit 0; and the pieces
+"""scripts/gpu_smoke.sh on a CPU-only machine: a clear "no GPU: skipped" line and exit 0, but exit 1 when
+the interpreter or torch is missing (a broken install is not a skip); no global `ray stop`; and the pieces
 its GPU tiers run, exercised here on CPU (the parity script against CPU as the second device, the 2-step
 verl config through the launcher's dry run)."""
 
@@ -25,6 +26,38 @@ def test_no_gpu_skips_cleanly():
     (line,) = [x for x in out.stdout.splitlines() if x.startswith("no GPU: skipped")]
     assert "torch.cuda.is_available() is False" in line
     assert "checked:" not in out.stdout  # nothing is claimed
+
+
+def test_missing_interpreter_is_a_failure():
+    out = _run(["bash", "scripts/gpu_smoke.sh"], PYTHON="/nonexistent/bin/python")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "FAIL: python interpreter '/nonexistent/bin/python' not found" in out.stdout
+    assert "no GPU: skipped" not in out.stdout
+
+
+def test_missing_torch_is_a_failure(tmp_path):
+    # an interpreter whose `import torch` fails (torch blocked in sys.modules), running the script's stdin
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.modules[\"torch\"] = None; "
+                    "exec(compile(sys.stdin.read(), \"<stdin>\", \"exec\"))'\n")
+    fake.chmod(0o755)
+    out = _run(["bash", "scripts/gpu_smoke.sh"], PYTHON=str(fake))
+    assert out.returncode == 1, out.stdout + out.stderr
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("FAIL")]
+    assert "torch does not import" in line and "ModuleNotFoundError" in line
+    assert "no GPU: skipped" not in out.stdout
+
+
+def test_gpu_required_turns_the_skip_into_a_failure():
+    out = _run(["bash", "scripts/gpu_smoke.sh"], CUDA_VISIBLE_DEVICES="", PYTHON=sys.executable, ENVACE_REQUIRE_GPU="1")
+    assert out.returncode == 1 and "FAIL: torch" in out.stdout and "no CUDA device" in out.stdout
+
+
+def test_no_global_ray_stop():
+    script = (ROOT / "scripts" / "gpu_smoke.sh").read_text()
+    commands = [line.split("#")[0] for line in script.splitlines()]
+    assert not [c for c in commands if "ray stop" in c or "scripts stop" in c]  # ends only its own head
+    assert "--block" in script and 'kill -TERM -- -"$ray_pid"' in script
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,7 @@ def test_example_composes_with_the_paper_setup(composed, example_cfg):
     assert (c.algorithm.adv_estimator, c.algorithm.norm_adv_by_std_in_grpo) == ("envace_role_grpo", False)
     assert (c.trainer.use_v1, c.trainer.v1.trainer_mode) == (True, "envace")
     assert (c.trainer.nnodes, c.trainer.n_gpus_per_node, c.trainer.total_training_steps) == (2, 8, 470)
-    assert list(c.data.train_files) == ["data/verl/cm2_train.parquet"]
+    assert list(c.data.train_files) == ["/shared/envace/data/verl/cm2_train.parquet"]
     assert arr.rollout.agent.default_agent_loop == "envace_agent"
     assert Path(arr.rollout.agent.agent_loop_config_path) == AGENT_LOOPS_YAML and AGENT_LOOPS_YAML.is_file()
     assert Path(c.reward.custom_reward_function.path) == REWARD_FILE
@@ -98,7 +98,9 @@ def test_dry_run_prints_the_runnable_command(capsys, example_cfg):
     out = capsys.readouterr().out
     lines = out.strip().splitlines()
     assert lines[0].startswith("RAY_ADDRESS=")
-    cmd = shlex.split(" ".join(line.rstrip("\\") for line in lines[1:]))
+    notes = [i for i, line in enumerate(lines) if line.startswith("#")]
+    assert lines[notes[0]:notes[0] + 2] == ["# verl validate_config: ok", "# rollout name: vllm"]
+    cmd = shlex.split(" ".join(line.rstrip("\\") for line in lines[1:notes[0]]))
     assert cmd[:3] == ["python", "-m", "verl.trainer.main_ppo"]
     assert "actor_rollout_ref.rollout.n=8" in cmd and "+envace.mode=env" in cmd
     assert cmd[3:] == build_overrides(load_config(VerlLaunchConfig, EXAMPLE,
@@ -139,3 +141,42 @@ def test_config_errors_name_the_fix(example_cfg):
     bad = compose_verl_config(build_overrides(example_cfg) + ["envace.mode=sim"])
     with pytest.raises(ConfigError, match="envace.mode"):
         LoopSettings.from_verl(bad)
+
+
+def test_attention_and_log_prob_memory_match_the_install(composed, example_cfg):
+    arr = composed.actor_rollout_ref
+    # requirements/gpu-cluster.txt installs no flash-attn: torch's sdpa on padded micro-batches
+    reqs = (EXAMPLE.parents[2] / "requirements" / "gpu-cluster.txt").read_text().lower().splitlines()
+    assert not [line for line in reqs if "flash" in line and not line.startswith("#")]
+    assert arr.model.override_config.attn_implementation == "sdpa" and arr.model.use_remove_padding is False
+    # micro-batches by token count, capped at one whole row of max_model_len, for log-probs and the update
+    assert arr.actor.use_dynamic_bsz and arr.rollout.log_prob_use_dynamic_bsz and arr.ref.log_prob_use_dynamic_bsz
+    assert (arr.actor.ppo_max_token_len_per_gpu, arr.rollout.log_prob_max_token_len_per_gpu,
+            arr.ref.log_prob_max_token_len_per_gpu) == (20000,) * 3
+    flash = compose_verl_config(build_overrides(example_cfg.model_copy(update={"attn_implementation":
+                                                                               "flash_attention_2"})))
+    assert flash.actor_rollout_ref.model.use_remove_padding is True
+    with pytest.raises((ConfigError, ValueError), match="max_tokens_per_gpu 8000 < max_model_len 20000"):
+        load_config(VerlLaunchConfig, EXAMPLE, ["max_tokens_per_gpu=8000"])
+
+
+def test_cluster_paths_must_be_absolute(example_cfg, tmp_path):
+    from envace.trainers.verl.launcher import cluster_path_problems, launch_verl
+
+    assert cluster_path_problems(example_cfg) == []
+    rel = example_cfg.model_copy(update={"train_files": ["data/verl/train.parquet"], "checkpoint_dir": None,
+                                         "val_files": ["hdfs://nn/envace/val.parquet"]})
+    problems = cluster_path_problems(rel)
+    assert len(problems) == 2 and problems[0].startswith("train_files[0] = 'data/verl/train.parquet' is relative")
+    assert "checkpoint_dir is unset on a 2-node job" in problems[1]
+    with pytest.raises(ConfigError, match="train_files\\[0\\] = 'data/verl/train.parquet' is relative"):
+        launch_verl(rel, dry_run=True)
+    one_node = rel.model_copy(update={"nnodes": 1, "n_gpus_per_node": 8, "train_files": [str(tmp_path / "t.parquet")]})
+    assert cluster_path_problems(one_node) == []
+    assert cluster_path_problems(one_node.model_copy(update={"checkpoint_dir": "ckpt"})) == [
+        "checkpoint_dir = 'ckpt' is relative; give an absolute path on shared storage"]
+
+
+def test_per_role_needs_vllm():
+    with pytest.raises((ConfigError, ValueError), match="policy=per_role runs its Rehearse servers on vLLM"):
+        load_config(VerlLaunchConfig, EXAMPLE, ["policy=per_role", "rollout=sglang"])

@@ -58,6 +58,8 @@ def test_cli_dry_run_composes_and_states_the_gpu_cost(capsys, per_role_cfg):
     assert main([str(EXAMPLE), "policy=per_role", "--dry-run", "--show-config"]) == 0
     out = capsys.readouterr().out
     assert "+envace.policy=per_role" in out and "policy: per_role" in out  # the composed verl config
+    assert "# verl validate_config: ok" in out
+    assert "# rollout names: act=vllm (servers vllm_server_<replica>_<node>), rehearse=envace_rehearse_vllm" in out
     pool = per_role_cfg.nnodes * per_role_cfg.n_gpus_per_node
     assert f"= {pool} GPUs" in out and f"needs {2 * pool} GPUs" in out
 
@@ -149,7 +151,11 @@ def test_setup_builds_the_rehearse_actor_then_loads_both(verl_api, verl_config_f
     assert ("RayWorkerGroup", "POOL-R", {"device_name": trainer.config.trainer.device}) in log
     assert ("rehearse_wg", "init_model", (), {}) in log
     (created,) = [e[1] for e in log if e[0] == "LLMServerManager.create"]
-    assert created["rollout_resource_pool"] == "POOL-R" and created["start_rank"] == 2  # after r0, r1
+    # the Rehearse stack's own rollout name, replicas from rank 0 of its own group (test_per_role_servers.py
+    # runs this through verl's real LLMServerManager.create)
+    assert created["rollout_resource_pool"] == "POOL-R" and "start_rank" not in created
+    assert created["config"].actor_rollout_ref.rollout.name == "envace_rehearse_vllm"
+    assert trainer.config.actor_rollout_ref.rollout.name == "vllm"  # the Act stack's is verl's own
     assert created["worker_group"] is trainer.rehearse_actor_wg
     assert ("rehearse_sync", "sleep_replicas", (), {}) in log
     # checkpoints loaded once, after the Rehearse actor exists, through both actors
@@ -243,7 +249,8 @@ def test_each_actor_updates_on_its_rows_with_its_own_mini_batches(verl_api, verl
     assert len(act.keys[0]) == len(rehearse.keys[0]) == 4
     assert set(act.keys[0]).isdisjoint(rehearse.keys[0])
     for update in (act_update, rehearse_update):  # 1/M of the role's own 4 rows per optimizer step
-        assert update["mini_batch_size"] == update["global_batch_size"] == 4 // mini_batches
+        assert "mini_batch_size" not in update and update["num_mini_batch"] == mini_batches
+        assert update["global_batch_size"] == 4 // mini_batches
     assert metrics["actor/act/pg_loss"] == 4.0 and metrics["actor/rehearse/pg_loss"] == 4.0
     assert metrics["perf/mfu/actor"] == pytest.approx(0.5)
 

@@ -37,7 +37,7 @@ def test_entry_point_is_discovered():
     (ep,) = [e for e in importlib.metadata.entry_points(group="verl.plugins") if e.name == "envace"]
     assert ep.value == "envace.trainers.verl_plugin"
     module = ep.load()
-    assert module.REGISTERED == ["agent_loop", "advantage", "trainer"] and module.SKIPPED == {}
+    assert module.REGISTERED == ["agent_loop", "advantage", "trainer", "rollout_names", "temperature"]
 
 
 @pytest.mark.slow
@@ -54,14 +54,30 @@ def test_entry_point_route_and_control_in_fresh_processes():
                                                        "plugin_imported": False}
 
 
-def test_plugin_never_raises(monkeypatch):
+def test_plugin_import_errors_are_raised_with_the_fix(monkeypatch):
     from envace.trainers import verl_plugin
 
     monkeypatch.setattr(verl_plugin, "PIECES", {"missing": "envace.trainers.verl.no_such_module"})
     monkeypatch.setattr(verl_plugin, "REGISTERED", [])
-    monkeypatch.setattr(verl_plugin, "SKIPPED", {})
-    verl_plugin._load()
-    assert verl_plugin.REGISTERED == [] and "ModuleNotFoundError" in verl_plugin.SKIPPED["missing"]
+    with pytest.raises(verl_plugin.PluginImportError, match=r"missing \(envace.trainers.verl.no_such_module\) did "
+                       r"not import: ModuleNotFoundError.*Fix: install .*verl\[verl-core\]==0.9.1.*unset "
+                       r"VERL_USE_EXTERNAL_MODULES") as err:
+        verl_plugin._load()
+    assert isinstance(err.value.__cause__, ModuleNotFoundError) and verl_plugin.REGISTERED == []
+
+
+@pytest.mark.slow
+def test_a_broken_piece_stops_import_verl_in_a_fresh_process(tmp_path):
+    # the launcher's route (VERL_USE_EXTERNAL_MODULES): a piece that cannot import stops the process at
+    # `import verl` with the fix, instead of a later "Unknown trainer 'envace'"
+    broken = tmp_path / "envace_broken_piece.py"
+    broken.write_text("raise ImportError('simulated missing dependency')\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from envace.trainers import verl_plugin as p; "
+            "p.PIECES['broken'] = 'envace_broken_piece'; p.REGISTERED.clear(); p._load()")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"})
+    assert out.returncode == 1
+    assert "PluginImportError: envace verl plugin: broken (envace_broken_piece) did not import" in out.stderr
 
 
 def test_missing_extra_names_what_to_install():

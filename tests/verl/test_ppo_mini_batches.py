@@ -15,11 +15,15 @@ pytestmark = pytest.mark.verl
 
 
 class _RecordingActorGroup:
-    def __init__(self):
+    def __init__(self, config=None):
         self.seen = []
+        self.config = config
 
     def update_actor(self, batch):
-        self.seen.append(dict(batch.extra_info))
+        info = dict(batch.extra_info)
+        if self.config is not None:  # what verl's config says at the time of the call
+            info["config_ppo_mini_batch_size"] = int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size)
+        self.seen.append(info)
         return {"metrics": {"mfu": [0.5], "pg_loss": [0.1]}}
 
 
@@ -29,7 +33,7 @@ def _trainer(config):
     trainer = object.__new__(EnvaceTrainer)  # __init__ would start Ray worker groups on GPUs
     trainer.config = config
     trainer.use_critic = False
-    trainer.actor_rollout_wg = _RecordingActorGroup()
+    trainer.actor_rollout_wg = _RecordingActorGroup(config)
     # per-row temperatures read TransferQueue (test_role_temperatures.py); these tests are about mini-batches
     trainer._row_temperatures = lambda batch: contextlib.nullcontext()
     return trainer
@@ -56,9 +60,13 @@ def test_trainer_takes_m_steps_per_epoch_whatever_the_row_count(verl_api, verl_c
     batch = KVBatchMeta(partition_id="train", keys=[f"u_{i}_0" for i in range(96)], tags=[{}] * 96)
     trainer._update_actor(batch, {})
     (seen,) = trainer.actor_rollout_wg.seen
-    assert seen["mini_batch_size"] == want_rows and 96 // seen["mini_batch_size"] == mini_batches
+    # verl's worker splits by its own num_mini_batch (it reads it only without mini_batch_size); verl's
+    # config is never rewritten, during the call or after it
+    assert "mini_batch_size" not in seen and seen["num_mini_batch"] == mini_batches
+    assert seen["global_batch_size"] == want_rows and 96 // seen["global_batch_size"] == mini_batches
     assert seen["epochs"] == 2
-    assert config.actor_rollout_ref.actor.ppo_mini_batch_size == 16 // mini_batches  # restored after the call
+    assert seen["config_ppo_mini_batch_size"] == 16 // mini_batches
+    assert config.actor_rollout_ref.actor.ppo_mini_batch_size == 16 // mini_batches
 
 
 def test_batches_are_padded_to_split_evenly(verl_api, verl_config_factory):

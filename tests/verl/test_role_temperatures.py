@@ -261,3 +261,27 @@ def test_mixed_temperatures_refuse_fused_kernels(verl_api, verl_config_factory, 
     trainer = bare_trainer(config, _EngineWorkers(model))
     with pytest.raises(ValueError, match="use_fused_kernels=false"):
         trainer._compute_old_log_prob(batch, {})
+
+
+def test_temperature_division_is_fp32_in_verls_engine(verl_api):
+    """bf16 logits / 0.01: envace's division (installed in verl's FSDP engine) matches an fp64 reference to
+    1e-3 nats; verl's bf16 division, computed here the way verl writes it, is off by over a nat."""
+    import verl.workers.engine.fsdp.transformer_impl as engine
+
+    from envace.trainers.verl.logits import scale_logits_fp32
+
+    assert engine._scale_logits_by_temperature is scale_logits_fp32  # what verl's forward calls
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(256, 4096, generator=gen) * 3).to(torch.bfloat16)
+    temperature = torch.full((256,), 0.01)  # verl's per-row temperatures, unsqueezed over the vocab
+    tokens = torch.randint(0, 4096, (256, 1), generator=gen)
+
+    def logprobs(scaled):
+        return torch.log_softmax(scaled.double(), dim=-1).gather(1, tokens)
+
+    reference = logprobs(logits.double() / 0.01)
+    envace = logprobs(engine._scale_logits_by_temperature(logits, temperature.unsqueeze(-1), is_unit_temperature=False))
+    naive = logprobs(logits / temperature.unsqueeze(-1).clamp(min=1e-8).to(logits.dtype))  # verl 0.9.1's body
+    assert (envace - reference).abs().max() < 1e-3
+    assert (naive - reference).abs().max() > 1.0
+    assert engine._scale_logits_by_temperature(logits, 1.0, is_unit_temperature=True) is logits  # T=1: no copy

@@ -54,6 +54,11 @@ class GenerationStats:
                 self.max_global_steps = hi if self.max_global_steps is None else max(self.max_global_steps, hi)
 
 
+# per backend: the sampling-parameter names of "keep the stop string in the output" and of the per-request seed
+_KEEP_STOP = {"vllm": "include_stop_str_in_output", "sglang": "no_stop_trim"}
+_SEED = {"vllm": "seed", "sglang": "sampling_seed"}
+
+
 class ServerBridgeEngine:
     """`GenerationEngine` over verl's async `server_manager.generate`, for a rollout in a worker thread.
 
@@ -80,10 +85,12 @@ class ServerBridgeEngine:
         self.loop = loop
         self.request_id = request_id
         self.base_params = dict(base_params)
+        if backend not in _SEED:
+            raise ValueError(f"rollout backend {backend!r}: the envace bridge speaks {' / '.join(_SEED)}")
         self.backend = backend
         self.max_tokens_cap = max_tokens_cap
         self.unique_request_ids = unique_request_ids
-        self.pass_seed = pass_seed and backend == "vllm"
+        self.pass_seed = pass_seed
         # a per-role episode's two engines share one record
         self.stats = stats if stats is not None else GenerationStats()
         self._counter = 0
@@ -99,11 +106,10 @@ class ServerBridgeEngine:
         params["logprobs"] = True  # the rows need the sampled tokens' log-probs
         if req.stop:
             params["stop"] = list(req.stop)
-            if self.backend == "vllm":
-                # the Rehearse parser needs the closing tag in the text; vLLM drops it by default
-                params["include_stop_str_in_output"] = True
+            # the Rehearse parser needs the closing tag in the text; both servers drop it by default
+            params[_KEEP_STOP[self.backend]] = True
         if self.pass_seed and req.seed is not None:
-            params["seed"] = int(req.seed)
+            params[_SEED[self.backend]] = int(req.seed)
         return params
 
     def _next_request_id(self) -> str:

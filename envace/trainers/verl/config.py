@@ -133,7 +133,14 @@ class VerlLaunchConfig(BaseConfig):
                                                  "embedded: algo.ppo_epochs).")
     ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch (embedded: algo.ppo_mini_batches); "
                                                        "divides train_batch_size.")
-    log_prob_micro_batch_per_gpu: int = Field(8, ge=1, description="Log-prob micro-batch per GPU (reference: 8).")
+    log_prob_micro_batch_per_gpu: int = Field(8, ge=1, description="Log-prob micro-batch per GPU (reference: 8); "
+                                                                    "unused while dynamic batch size is on.")
+    max_tokens_per_gpu: int | None = Field(
+        None, ge=1, description="Token cap of one micro-batch per GPU for log-probs and the update (verl's dynamic "
+                                "batch size); None = max_model_len. At least one whole row: >= max_model_len.")
+    attn_implementation: Literal["sdpa", "flash_attention_2"] = Field(
+        "sdpa", description="Actor / reference attention: sdpa (torch, padded micro-batches) or flash_attention_2 "
+                            "(remove-padding; needs flash-attn installed on every node, see docs/gpu.md).")
     nnodes: int = Field(2, ge=1, description="Nodes (paper: 2).")
     n_gpus_per_node: int = Field(8, ge=1, description="GPUs per node (paper: 8).")
     total_training_steps: int | None = Field(470, ge=1, description="Training steps (paper: 470); None = epochs.")
@@ -148,6 +155,10 @@ class VerlLaunchConfig(BaseConfig):
     python: str = Field("python", description="Python executable on the driver node.")
     loop: LoopSettings = Field(default_factory=LoopSettings, description="The agent loop's envace: section.")
     overrides: list[str] = Field(default_factory=list, description="Extra raw Hydra overrides, appended last.")
+
+    def token_cap(self) -> int:
+        """Tokens per micro-batch per GPU for log-probs and the update (max_tokens_per_gpu, else max_model_len)."""
+        return int(self.max_tokens_per_gpu or self.max_model_len)
 
     @model_validator(mode="after")
     def _check(self) -> VerlLaunchConfig:
@@ -169,6 +180,12 @@ class VerlLaunchConfig(BaseConfig):
         if self.max_prompt_length > self.rollout_prompt_length:
             raise ConfigError(f"max_prompt_length {self.max_prompt_length} > rollout_prompt_length "
                               f"{self.rollout_prompt_length}; a first prompt must fit a role call")
+        if self.max_tokens_per_gpu is not None and self.max_tokens_per_gpu < self.max_model_len:
+            raise ConfigError(f"max_tokens_per_gpu {self.max_tokens_per_gpu} < max_model_len {self.max_model_len}: "
+                              "verl's dynamic batch size needs every row to fit one micro-batch; raise it")
+        if self.policy == "per_role" and self.rollout != "vllm":
+            raise ConfigError(f"policy=per_role runs its Rehearse servers on vLLM; rollout is {self.rollout!r}: set "
+                              "rollout=vllm (see envace/trainers/verl/rollout_names.py)")
         if self.rollout_prompt_length + 1 > self.max_model_len:
             raise ConfigError(f"rollout_prompt_length {self.rollout_prompt_length} leaves no room to generate in "
                               f"max_model_len {self.max_model_len}; raise max_model_len")

@@ -78,7 +78,8 @@ def build_overrides(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None
     arr = "actor_rollout_ref"
     kv: list[tuple[str, Any]] = [
         (f"{arr}.model.path", cfg.model),
-        (f"{arr}.model.use_remove_padding", True),
+        # remove-padding (packed rows) needs flash-attn's varlen kernels; sdpa runs on padded micro-batches
+        (f"{arr}.model.use_remove_padding", cfg.attn_implementation == "flash_attention_2"),
         (f"{arr}.model.enable_gradient_checkpointing", True),
         (f"{arr}.actor.optim.lr", cfg.lr),
         # M mini-batches of train_batch_size / M prompts each, ppo_epochs passes: the embedded trainer's
@@ -86,6 +87,12 @@ def build_overrides(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None
         # exactly M optimizer steps per epoch whatever the number of role-call rows)
         (f"{arr}.actor.ppo_mini_batch_size", cfg.train_batch_size // cfg.ppo_mini_batches),
         (f"{arr}.actor.ppo_micro_batch_size_per_gpu", cfg.micro_batch_per_gpu),
+        # micro-batches by token count (log-probs and the update): late-turn rows reach max_model_len tokens,
+        # and a fixed count of them materialises count x tokens x vocab logits
+        (f"{arr}.actor.use_dynamic_bsz", True),
+        (f"{arr}.actor.ppo_max_token_len_per_gpu", cfg.token_cap()),
+        (f"{arr}.rollout.log_prob_max_token_len_per_gpu", cfg.token_cap()),
+        (f"{arr}.ref.log_prob_max_token_len_per_gpu", cfg.token_cap()),
         (f"{arr}.actor.ppo_epochs", cfg.ppo_epochs),
         (f"{arr}.actor.clip_ratio_low", cfg.clip_low),
         (f"{arr}.actor.clip_ratio_high", cfg.clip_high),
@@ -145,6 +152,7 @@ def build_overrides(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None
         kv.append(("trainer.default_local_dir", cfg.checkpoint_dir))
     out = [f"{k}={hydra_value(v)}" for k, v in kv]
     # new keys: '+' adds them to verl's struct config
+    out.append(f"+{arr}.model.override_config.attn_implementation={cfg.attn_implementation}")
     loop = cfg.loop.model_copy(update={"ppo_mini_batches": cfg.ppo_mini_batches, "policy": cfg.policy})
     out += [f"+{k}={hydra_value(v)}" for k, v in _flat(LOOP_SECTION, loop.model_dump(mode="json"))]
     for name, value in job_env(cfg, environ).items():
@@ -158,6 +166,35 @@ def job_env(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None) -> dic
     env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE}
     env.update({k: environ[k] for k in FORWARDED_ENV if environ.get(k)})
     return env
+
+
+REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # hdfs://, s3://, gs://: verl copies those itself
+
+
+def cluster_path_problems(cfg: VerlLaunchConfig) -> list[str]:
+    """What stops the job's paths from meaning the same on every node: relative data files (verl's workers
+    resolve them against their own working directory), a relative checkpoint dir, or none on a
+    multi-node job (verl's default is relative to each process's working directory)."""
+    problems = []
+    for field in ("train_files", "val_files"):
+        for i, path in enumerate(getattr(cfg, field)):
+            if not REMOTE.match(path) and not os.path.isabs(path):
+                problems.append(f"{field}[{i}] = {path!r} is relative; give an absolute path every node can read "
+                                f"(e.g. {os.path.abspath(path)} on shared storage)")
+    if cfg.checkpoint_dir is None:
+        if cfg.nnodes > 1:
+            problems.append(f"checkpoint_dir is unset on a {cfg.nnodes}-node job; set an absolute path on shared "
+                            "storage (verl's default is relative to each process's working directory)")
+    elif not REMOTE.match(cfg.checkpoint_dir) and not os.path.isabs(cfg.checkpoint_dir):
+        problems.append(f"checkpoint_dir = {cfg.checkpoint_dir!r} is relative; give an absolute path on shared "
+                        "storage")
+    return problems
+
+
+def check_cluster_paths(cfg: VerlLaunchConfig) -> None:
+    problems = cluster_path_problems(cfg)
+    if problems:
+        raise ConfigError("verl launch config: " + "; ".join(problems))
 
 
 def verl_command(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None) -> list[str]:
@@ -184,12 +221,39 @@ def compose_verl_config(overrides: list[str]) -> Any:
         return compose(config_name="ppo_trainer", overrides=list(overrides))
 
 
+def validate_composed(composed: Any) -> list[str]:
+    """verl's own `validate_config` on the composed config (batch sizes, micro-batches, dynamic batch size,
+    rollout settings), and the rollout name each actor's servers run under; the lines the dry run prints."""
+    import contextlib
+
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from envace.trainers.verl.config import LoopSettings
+
+    with contextlib.redirect_stdout(sys.stderr):  # verl prints its verdict; stdout stays the runnable command
+        validate_config(composed, use_reference_policy=need_reference_policy(composed),
+                        use_critic=need_critic(composed))
+    lines = ["# verl validate_config: ok"]
+    name = str(composed.actor_rollout_ref.rollout.name)
+    if LoopSettings.from_verl(composed).policy == "per_role":
+        from envace.trainers.verl.rollout_names import rehearse_config
+
+        rehearse = str(rehearse_config(composed).actor_rollout_ref.rollout.name)
+        lines.append(f"# rollout names: act={name} (servers {name}_server_<replica>_<node>), rehearse={rehearse} "
+                     f"(servers {rehearse}_server_<replica>_<node>)")
+    else:
+        lines.append(f"# rollout name: {name}")
+    return lines
+
+
 def launch_verl(cfg: VerlLaunchConfig, *, dry_run: bool = False, environ: dict[str, str] | None = None) -> list[str]:
     """Run verl's main_ppo for `cfg` against the Ray cluster at `cfg.ray_address` / $RAY_ADDRESS (blocking).
 
     Returns the command. With `dry_run` nothing runs and no cluster is needed.
     """
     environ = dict(os.environ if environ is None else environ)
+    check_cluster_paths(cfg)
     cmd = verl_command(cfg, environ)
     if dry_run:
         return cmd
@@ -214,10 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)
     cfg = load_config(VerlLaunchConfig, args.config, args.overrides)
     composed = compose_verl_config(build_overrides(cfg)) if (args.check or args.dry_run) else None
+    checked = validate_composed(composed) if composed is not None else []
     cmd = launch_verl(cfg, dry_run=args.dry_run)
     if args.dry_run:
         print(f"RAY_ADDRESS={cfg.ray_address or os.environ.get('RAY_ADDRESS', '<unset>')} \\")
         print(" \\\n    ".join(shlex.quote(c) for c in cmd))
+        for line in checked:
+            print(line)
         if cfg.policy == "per_role":
             print(f"# {per_role_resources(cfg)}")
         if args.show_config:

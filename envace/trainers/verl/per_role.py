@@ -6,8 +6,9 @@ What envace's trainer (trainer.py) builds on top of verl's own setup, which buil
 - a second resource pool, `REHEARSE_POOL`, the same size as verl's global pool (trainer.nnodes x
   trainer.n_gpus_per_node more GPUs), holding an actor + rollout worker group (`Role.ActorRollout`, no
   reference model: both roles start from the same weights, so the Act group's reference serves every row);
-- that group's hybrid vLLM replicas (`LLMServerManager`, replica ranks after the Act replicas so their
-  Ray actor names do not collide) and its `CheckpointEngineManager`; `PairedCheckpointManagers` makes
+- that group's hybrid vLLM replicas (`LLMServerManager`, ranks from 0 within the group, under the
+  Rehearse rollout name so their server actors, lookups and sockets are their own: rollout_names.py)
+  and its `CheckpointEngineManager`; `PairedCheckpointManagers` makes
   verl's weight sync / sleep / wake calls reach both;
 - `RoleClients`, the LLM client verl hands the agent loops: `generate` is the Act client's, and the
   envace agent loop sends Rehearse calls to `.rehearse`;
@@ -120,8 +121,7 @@ class RoleGroups:
                 if len(part) % self.mini_batches:
                     raise ValueError(f"{len(part)} {role} rows do not split into {self.mini_batches} mini-batches; "
                                      "the per-role trainer pads each role's rows to that multiple")
-                size = len(part) // self.mini_batches
-                part.extra_info.update(global_batch_size=size, mini_batch_size=size)
+                set_mini_batch_count(part, self.mini_batches)
             out = self.groups[role].update_actor(part)
             for name, value in dict(out["metrics"]).items():
                 if name == "mfu":
@@ -144,6 +144,30 @@ class RoleGroups:
             raise FileNotFoundError(f"{path}: the Rehearse actor's checkpoint is missing beside {local_path}; "
                                     "resume a per-role run from its own checkpoints (or policy=shared)")
         self.groups[Role.REHEARSE.value].load_checkpoint(local_path=path, **kwargs)
+
+
+def set_mini_batch_count(batch: Any, mini_batches: int) -> Any:
+    """Have verl's actor worker split `batch` into `mini_batches` equal mini-batches (its `num_mini_batch`,
+    which it reads only when `mini_batch_size` is absent) whatever its row count; `global_batch_size`
+    (the rows of one mini-batch over all data-parallel ranks, verl's seq-mean loss normaliser) follows."""
+    batch.extra_info.pop("mini_batch_size", None)
+    batch.extra_info.update(num_mini_batch=mini_batches, global_batch_size=len(batch) // mini_batches)
+    return batch
+
+
+class MiniBatchCount:
+    """Stands in for verl's `actor_rollout_wg` during the update: `update_actor` gets `set_mini_batch_count`
+    first; everything else is the wrapped group's."""
+
+    def __init__(self, group: Any, mini_batches: int) -> None:
+        self._group = group
+        self._mini_batches = mini_batches
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._group, name)
+
+    def update_actor(self, batch: Any) -> Any:
+        return self._group.update_actor(set_mini_batch_count(batch, self._mini_batches))
 
 
 def rehearse_path(actor_path: str) -> str:

@@ -17,6 +17,14 @@ TransferQueue and then writes `extra_info` over them. So envace's trainer:
 One batch, one forward per micro-batch and one optimizer step, instead of a split by temperature (a
 split update would take one optimizer step per temperature).
 
+fp32 division: verl's FSDP engine divides the bf16 logits by the temperature cast to bf16
+(`_scale_logits_by_temperature`), so at T = 0.01 the bf16 rounding of each logit (up to 2^-8 relative)
+grows x100 and non-argmax log-probs move by whole nats against vLLM's fp32 sampling log-probs. Importing
+this module (the plugin does, in every verl process) replaces that function with `scale_logits_fp32`:
+logits cast to fp32 before the division, the log-softmax / entropy after it in fp32. T = 1 as a scalar
+keeps verl's no-copy path; any other temperature costs one fp32 copy of the micro-batch's logits, which
+the log-prob token cap bounds (launcher: `log_prob_max_token_len_per_gpu`).
+
 Departure from verl: verl's fused-kernel path (`model.use_fused_kernels`) accepts only a scalar, so a
 batch of mixed temperatures is refused there with an error naming the switch.
 """
@@ -29,6 +37,8 @@ from typing import Any
 import torch
 
 from envace.engines.base import logprob_temperature
+from envace.trainers.verl.deps import require
+from envace.trainers.verl.logits import scale_logits_fp32
 
 TEMPERATURE_FIELD = "temperature"  # the TransferQueue field / micro-batch key verl's engines read
 EXTRA_KEY = "temperature"  # where the agent loop records a row's sampling temperature (extra_fields)
@@ -81,3 +91,12 @@ class RowTemperatureGroup:
 
     def update_actor(self, batch: Any) -> Any:
         return self._group.update_actor(self._apply(batch))
+
+
+def install_fp32_division() -> None:
+    """Replace verl's FSDP-engine temperature division by `scale_logits_fp32` (idempotent)."""
+    engine = require("verl.workers.engine.fsdp.transformer_impl")
+    engine._scale_logits_by_temperature = scale_logits_fp32
+
+
+install_fp32_division()

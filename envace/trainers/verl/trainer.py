@@ -1,26 +1,31 @@
 """envace's V1 trainer for verl 0.9.1, registered as `trainer.v1.trainer_mode=envace`.
 
-A subclass of verl's synchronous trainer (`PPOTrainerSync`) that changes two steps:
-- `_compute_advantage`: with `algorithm.adv_estimator=envace_role_grpo` it fetches, besides the fields
-  verl's own step reads from TransferQueue (uid, response mask, rm_scores, ...), each row's
-  `extra_fields` (role, scored flag) and uses the row keys `{uid}_{session}_{index}` as trajectory ids,
-  then groups by (uid, role) with envace's `role_grpo_advantages` (see advantage.py) and writes
-  token-level advantages back. verl's own step, by contrast, keeps only each session's LAST row for
-  GRPO and broadcasts its advantage to the session's other rows, which would erase the roles. KL in
-  the reward and rollout correction are applied as in verl's step. Any other estimator runs verl's step.
+A subclass of verl's synchronous trainer (`PPOTrainerSync`); to verl's base class it is "sync"
+(`trainer_mode` reads "sync": verl's sync replay buffer, its dataloader batch size, no TransferQueue
+checkpoint per save). It changes these steps and leaves the rest to verl:
+- `_init_dataloader`: after verl's (overlong prompts filtered), epochs are raised to reach the configured
+  steps, or the run stops with an error naming the files when no full batch is left (schedule.py).
+- `_compute_advantage`: with `algorithm.adv_estimator=envace_role_grpo`, verl's own step runs (KL in
+  the reward, rollout correction, write-back to TransferQueue) with its grouping function swapped for
+  envace's `apply_role_advantages` (advantage.py): rows grouped by (prompt uid, role), the row keys
+  `{uid}_{session}_{index}` as trajectory ids, each row's `extra_fields` (role, scored flag) read from
+  TransferQueue. verl's own grouping keeps only each session's LAST row and broadcasts its advantage to
+  the session's other rows, which would erase the roles. Any other estimator runs verl's step as is.
 - `_update_actor`: with `envace.single_update` (default) the actor takes exactly `envace.ppo_mini_batches`
-  optimizer steps per epoch (1 = the paper's one step per training step; `actor.ppo_epochs` epochs): the
-  mini-batch is 1/M of the (padded) batch, whatever number of role calls it holds, and the batch is
-  padded to a multiple of M x lcm(n, data-parallel size) so it splits evenly. verl would otherwise split
-  rows into mini-batches of ppo_mini_batch_size x n rows, and a step of EnvACE rows (one per role call)
-  is several times that.
+  optimizer steps per epoch (1 = the paper's one step per training step; `actor.ppo_epochs` epochs):
+  verl's step runs, and its worker gets `num_mini_batch = M` instead of a mini-batch size, so the
+  mini-batch is 1/M of the (padded) batch whatever number of role calls it holds; the batch is padded to
+  a multiple of M x lcm(n, data-parallel size) so it splits evenly. verl would otherwise split rows into
+  mini-batches of ppo_mini_batch_size x n rows, and a step of EnvACE rows (one per role call) is several
+  times that.
 - `_compute_old_log_prob`, `_compute_ref_log_prob`, `_update_actor`: each row's log-probs are taken at the
   temperature it was sampled with (Act 1.0, Rehearse 0.01 in the paper), not at the one
   `rollout.temperature` verl passes for the whole batch (see temperature.py).
 - `policy=per_role` (`envace.policy`): `_setup` also builds the Rehearse role's own actor, vLLM replicas and
-  weight sync on a second pool; `_balance_batch` pads each role's rows on their own; old log-probs, the
-  update and checkpoints go to each role's actor with its rows only (see per_role.py). Reference
-  log-probs stay on the Act group: both roles start from the same weights.
+  weight sync on a second pool, under the Rehearse rollout name (rollout_names.py); `_balance_batch` pads
+  each role's rows on their own; old log-probs, the update and checkpoints go to each role's actor with
+  its rows only (see per_role.py). Reference log-probs stay on the Act group: both roles start from the
+  same weights.
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
 from omegaconf import open_dict
 
 from envace.trainers.verl.advantage import ESTIMATOR, apply_role_advantages
@@ -38,6 +42,7 @@ from envace.trainers.verl.config import LoopSettings
 from envace.trainers.verl.deps import require
 from envace.trainers.verl.per_role import (
     REHEARSE_POOL,
+    MiniBatchCount,
     PairedCheckpointManagers,
     RoleClients,
     RoleGroups,
@@ -45,6 +50,8 @@ from envace.trainers.verl.per_role import (
     join_parts,
     split_by_role,
 )
+from envace.trainers.verl.rollout_names import rehearse_config
+from envace.trainers.verl.schedule import reconcile_epochs
 from envace.trainers.verl.temperature import (
     TEMPERATURE_FIELD,
     RowTemperatureGroup,
@@ -53,22 +60,51 @@ from envace.trainers.verl.temperature import (
 )
 
 TRAINER_MODE = "envace"
+VERL_MODE = "sync"  # the verl trainer mode EnvaceTrainer runs as
 
 _v1 = require("verl.trainer.ppo.v1")
 _base = require("verl.trainer.ppo.v1.trainer_base")  # verl's own names (worker groups, managers, roles)
 _tq = require("transfer_queue")
-_protocol = require("verl.protocol")
-_ray_trainer = require("verl.trainer.ppo.ray_trainer")
-_padding = require("verl.workers.utils.padding")
 _tensordict = require("tensordict")
-
-# verl's advantage step reads these; absent ones (no critic, no reference) simply do not come back
-_FIELDS = ("uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob", "values")
 
 
 @_v1.register_trainer(TRAINER_MODE)
 class EnvaceTrainer(_v1.PPOTrainerSync):
     """verl's synchronous V1 trainer with role-wise GRPO advantages and one update per step."""
+
+    # verl picks this class by trainer.v1.trainer_mode ("envace", the registry key) and stores that key as
+    # self.trainer_mode, which its base class reads as "not sync" (async replay buffer, gen_batch_size 1,
+    # a TransferQueue checkpoint per save); to verl this trainer is its sync trainer
+    @property
+    def trainer_mode(self) -> str:
+        return VERL_MODE
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        if value not in (TRAINER_MODE, VERL_MODE):
+            raise ValueError(f"EnvaceTrainer runs as trainer.v1.trainer_mode={TRAINER_MODE}, got {value!r}")
+
+    def _init_dataloader(self) -> None:
+        """verl's dataloaders, then epochs reconciled with the configured steps on the rows left after
+        verl's overlong-prompt filter (verl would stop after total_epochs, short of the steps, silently)."""
+        batch, files = int(self.config.data.train_batch_size), list(self.config.data.train_files)
+        try:
+            super()._init_dataloader()
+        except ValueError:  # verl's sampler refuses an empty dataset with its own words
+            dataset = getattr(self, "train_dataset", None)
+            if dataset is None:
+                raise
+            reconcile_epochs(rows=len(dataset), batch_size=batch, steps=None, epochs=1, files=files)
+            raise
+        epochs = reconcile_epochs(rows=len(self.train_dataset), batch_size=batch,
+                                  steps=self.config.trainer.total_training_steps,
+                                  epochs=int(self.config.trainer.total_epochs), files=files)
+        if epochs != int(self.config.trainer.total_epochs):
+            print(f"envace: {len(self.train_dataset)} training rows after filtering = {self.steps_per_epoch} steps "
+                  f"per epoch; trainer.total_epochs {self.config.trainer.total_epochs} -> {epochs} to reach "
+                  f"trainer.total_training_steps={self.total_training_steps}")
+            with open_dict(self.config):
+                self.config.trainer.total_epochs = epochs
 
     @property
     def envace_settings(self) -> LoopSettings:
@@ -98,21 +134,21 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
         self._load_checkpoint()
 
     def _setup_rehearse_actor(self) -> None:
-        """The Rehearse role's actor + rollout worker group, its hybrid replicas and its weight sync."""
+        """The Rehearse role's actor + rollout worker group, its hybrid replicas and its weight sync, all
+        under the Rehearse rollout name (rollout_names.py): replica ranks start at 0 within its own group."""
         pool = self.resource_pool_manager.resource_pool_dict[REHEARSE_POOL]
+        self.rehearse_config = rehearse_config(self.config)
         role = str(_base.Role.ActorRollout)  # no reference model: the Act group's serves both roles
         worker = _base.RayClassWithInitArgs(cls=_base.ray.remote(_base.ActorRolloutRefWorker),
-                                            config=self.config.actor_rollout_ref, role=role)
+                                            config=self.rehearse_config.actor_rollout_ref, role=role)
         group = _base.RayWorkerGroup(resource_pool=pool,
                                      ray_cls_with_init=_base.create_colocated_worker_cls(class_dict={role: worker}),
                                      device_name=self.config.trainer.device)
         self.rehearse_actor_wg = group.spawn(prefix_set={role})[role]
         self.rehearse_actor_wg.init_model()
         self.act_actor_wg = self.actor_rollout_wg
-        # replica ranks after the Act replicas: their Ray actor names must not collide
         self.rehearse_llm_server_manager = _base.LLMServerManager.create(
-            config=self.config, worker_group=self.rehearse_actor_wg, rollout_resource_pool=pool,
-            start_rank=len(self.llm_server_manager.get_replicas()))
+            config=self.rehearse_config, worker_group=self.rehearse_actor_wg, rollout_resource_pool=pool)
         engine_config = _base.omega_conf_to_dataclass(self.config.actor_rollout_ref.rollout.checkpoint_engine)
         engine_config.backend = "naive"
         rehearse_sync = _base.CheckpointEngineManager(config=engine_config, actor_wg=self.rehearse_actor_wg,
@@ -198,43 +234,27 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
             return super()._compute_ref_log_prob(batch, metrics)
 
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
-        algo = self.config.algorithm
-        if algo.adv_estimator != ESTIMATOR:
+        """verl's own step (KL in the reward, rollout correction, write-back to TransferQueue) with its
+        grouping replaced: rows grouped by (prompt uid, role) instead of verl's last-row-per-session GRPO."""
+        if self.config.algorithm.adv_estimator != ESTIMATOR:
             return super()._compute_advantage(batch, metrics)
-        td = _tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                              select_fields=list(_FIELDS) + ["extra_fields"])
-        nested_mask = td["response_mask"]
+        td = _tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
         extra = td.pop("extra_fields").tolist()  # plain dicts (iterating would give NonTensorData wrappers)
-        uids = np.array([str(u) for u in td.pop("uid").tolist()], dtype=object)
-        data = _protocol.DataProto(batch=td.to_padded_tensor())
-        data.non_tensor_batch["uid"] = uids
-        data.batch["token_level_scores"] = data.batch["rm_scores"]
-        if algo.use_kl_in_reward:
-            data, kl_metrics = _ray_trainer.apply_kl_penalty(data, kl_ctrl=self.kl_ctrl_in_reward,
-                                                             kl_penalty=algo.kl_penalty)
-            metrics.update(kl_metrics)
-        else:
-            data.batch["token_level_rewards"] = data.batch["token_level_scores"]
-        correction = algo.get("rollout_correction", None)
-        bypass = bool(correction and correction.get("bypass_mode", False))
-        corrected = correction is not None and "rollout_log_probs" in data.batch and not bypass
-        if corrected:
-            helper = require("verl.trainer.ppo.rollout_corr_helper")
-            data, is_metrics = helper.compute_rollout_correction_and_add_to_batch(data, correction)
-            metrics.update(is_metrics)
+        verls = _base.compute_advantage_for_multi_trajectories
         settings = self.envace_settings
-        metrics.update(apply_role_advantages(data, batch.keys, extra, batch.tags, weighting=settings.weighting,
-                                             norm_std=bool(algo.get("norm_adv_by_std_in_grpo", False))))
-        names = ["advantages", "returns"]
-        if algo.use_kl_in_reward:
-            names.append("token_level_rewards")
-        if corrected:
-            names.append("response_mask")
-            if "rollout_is_weights" in data.batch:
-                names.append("rollout_is_weights")
-        out = _tensordict.TensorDict({k: _padding.response_to_nested(data.batch[k], nested_mask) for k in names},
-                                     batch_size=len(batch))
-        return _tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
+
+        def role_grouping(data: Any, batch_keys: list[str], adv_estimator: Any, **kwargs: Any) -> Any:
+            if adv_estimator != ESTIMATOR:
+                return verls(data, batch_keys=batch_keys, adv_estimator=adv_estimator, **kwargs)
+            metrics.update(apply_role_advantages(data, batch_keys, extra, batch.tags, weighting=settings.weighting,
+                                                 norm_std=bool(kwargs.get("norm_adv_by_std_in_grpo", False))))
+            return data
+
+        _base.compute_advantage_for_multi_trajectories = role_grouping
+        try:
+            return super()._compute_advantage(batch, metrics)
+        finally:
+            _base.compute_advantage_for_multi_trajectories = verls
 
     def _get_required_batch_multiple(self, dp_size: int) -> int:
         if not self.envace_settings.single_update:
@@ -254,19 +274,17 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
     def _update_actor_once(self, batch: Any, metrics: dict) -> Any:
         if not self.envace_settings.single_update:
             return super()._update_actor(batch, metrics)
-        actor = self.config.actor_rollout_ref.actor
         n = int(self.config.actor_rollout_ref.rollout.n)
         m = self.envace_settings.ppo_mini_batches
         rows = len(batch)
         if rows % (n * m):
             raise ValueError(f"{rows} rows are not a multiple of rollout.n x envace.ppo_mini_batches = {n} x {m}; "
                              "the envace trainer pads batches to that multiple, so check trainer.v1.trainer_mode")
-        previous = actor.ppo_mini_batch_size
-        # verl sizes the mini-batch as ppo_mini_batch_size x n rows: make that 1/M of the batch, for this call only
-        with open_dict(actor):
-            actor.ppo_mini_batch_size = rows // (n * m)
+        if self.per_role:  # RoleGroups sets each role's mini-batch count on its own rows
+            return super()._update_actor(batch, metrics)
+        saved = self.actor_rollout_wg
+        self.actor_rollout_wg = MiniBatchCount(saved, m)
         try:
             return super()._update_actor(batch, metrics)
         finally:
-            with open_dict(actor):
-                actor.ppo_mini_batch_size = previous
+            self.actor_rollout_wg = saved
