@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from envace.chat_tokens import encode_text
 from envace.engines.base import GenRequest, GenResult
 from envace.trainers.verl.config import EndpointConfig
 
@@ -205,7 +206,8 @@ class CompletionsEngine:
                 if resp.status_code < 400:
                     choice = (resp.json().get("choices") or [{}])[0]
                     text = str(choice.get("text") or "")
-                    ids = self.tokenizer.encode(text, add_special_tokens=False)
+                    # the endpoint's text is untrusted: a control string in it stays literal text
+                    ids = encode_text(self.tokenizer, text)
                     return GenResult(token_ids=ids, logprobs=[0.0] * len(ids), text=text,
                                      finish_reason=choice.get("finish_reason") or "stop")
                 last = f"HTTP {resp.status_code}: {resp.text[:300]}"
