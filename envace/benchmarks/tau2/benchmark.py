@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from envace.benchmarks import progress
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
 from envace.benchmarks.tau2.loader import DEV_DOMAINS, DOMAINS, load_task_file, load_tasks, load_tau2
 from envace.benchmarks.tau2.metrics import avg_at_k, is_success, pass_hat_ks
@@ -66,12 +67,14 @@ class Tau2Benchmark:
             tasks = (load_task_file(t2, self.tasks_path) if self.tasks_path is not None
                      else load_tasks(t2, domain, self.split))[: limit if limit is not None else None]
             by_task: dict[str, list[float]] = {}
+            progress.active().add_total(k * len(tasks))
             for sample in range(k):
                 for task in tasks:
                     run = run_task(t2, domain, task, policy, user, sample=sample, seed=seed,
                                    max_steps=self.max_steps, max_errors=self.max_errors)
                     records.append(run.record())
                     by_task.setdefault(str(task.id), []).append(run.reward)
+                    progress.active().advance(error=run.error is not None)
             avg = avg_at_k(by_task)
             correct = sum(is_success(r) for rs in by_task.values() for r in rs)
             cats[domain] = CategoryScore(domain, avg, correct, k * len(tasks), len(tasks))
