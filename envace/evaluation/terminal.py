@@ -116,6 +116,11 @@ def gold_command(names: list[str], paths: dict[str, str], overrides: list[str]) 
             _echo(o.result.error_summary(), err=True)
     bad = [o for o in outcomes if not o.ok]
     for o in bad:
-        _echo(f"error: {o.benchmark} gold replay passed {o.passed}/{o.total}: envace does not score this data "
-                   f"as the benchmark's checker does (see {out / 'gold.json'} for the failing entries)", err=True)
+        errors = (o.result.meta.get("task_errors") or {}) if o.result is not None else {}
+        parts = [f"{n} errored ({c})" for c, n in (errors.get("by_cause") or {}).items()]
+        scored = o.total - o.passed - int(errors.get("count") or 0)
+        if scored:
+            parts.append(f"{scored} ran and scored below 1: envace does not score them as the benchmark's checker")
+        _echo(f"error: {o.benchmark} gold replay passed {o.passed}/{o.total}: {'; '.join(parts)} "
+              f"(entries in {out / 'gold.json'})", err=True)
     return EXIT_FAILED if bad else 0

@@ -84,4 +84,4 @@ def summary_table(results: Mapping[str, Any]) -> str:
     head = ("benchmark", "metric", "value", "n", "errors")
     widths = [max(len(x[i]) for x in [head, *rows]) for i in range(5)]
     fmt = "  ".join(f"{{:<{w}}}" if i < 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    return "\n".join([fmt.format(*head), *(fmt.format(*row) for row in rows)])
+    return "\n".join(line.rstrip() for line in [fmt.format(*head), *(fmt.format(*row) for row in rows)])

@@ -61,12 +61,14 @@ class Tau2Benchmark:
         # never a test-time-rehearsal wrapper (its `inner` is the plain policy): its memory must not reach the user
         user = self.user_sim if self.user_sim is not None else getattr(policy, "inner", policy)
         records: list[dict[str, Any]] = []
+        nl_judged: list[str] = []  # tasks whose reward needs τ²'s NL-assertion LLM judge
         cats: dict[str, CategoryScore] = {}
         groups: dict[str, float | None] = {}
         for domain in self.domains:
             tasks = (load_task_file(t2, self.tasks_path) if self.tasks_path is not None
                      else load_tasks(t2, domain, self.split))[: limit if limit is not None else None]
             by_task: dict[str, list[float]] = {}
+            nl_judged += [f"{domain}/{t.id}" for t in tasks if "NL_ASSERTION" in _basis(t)]
             progress.active().add_total(k * len(tasks))
             for sample in range(k):
                 for task in tasks:
@@ -88,7 +90,8 @@ class Tau2Benchmark:
                   "user_simulator": getattr(user, "name", type(user).__name__), "judge": None}
         result = BenchmarkResult(
             benchmark="tau2", categories=cats, groups=groups, overall=overall, overall_definition=OVERALL_DEFINITION,
-            departures=self._departures(t2.version, models, limit, k), models=models, k=k, limit=limit, seed=seed,
+            departures=self._departures(t2.version, models, limit, k, nl_judged), models=models, k=k, limit=limit,
+            seed=seed,
             records=records, meta={"tau2_version": t2.version, "tau2_source": t2.source, "split": self.split,
                                    "max_steps": self.max_steps, "max_errors": self.max_errors,
                                    "terminations": _count(r["termination"] for r in records)})
@@ -97,7 +100,8 @@ class Tau2Benchmark:
             result.save(self.out_dir / f"tau2_{uuid.uuid4().hex[:8]}.json")
         return result
 
-    def _departures(self, version: str, models: dict[str, Any], limit: int | None, k: int) -> list[str]:
+    def _departures(self, version: str, models: dict[str, Any], limit: int | None, k: int,
+                    nl_judged: list[str] = ()) -> list[str]:  # type: ignore[assignment]
         out = [f"τ²-bench code and data from {version} (NVIDIA's repackaging: an older snapshot without the "
                "upstream task fixes; no explicit reward_basis, so τ²'s default [DB, COMMUNICATE] applies to "
                "airline / retail)" if version.startswith("nvidia") else f"τ²-bench from {version}",
@@ -123,6 +127,11 @@ class Tau2Benchmark:
             out.append(f"Avg@{k} (the paper reports Avg@4)")
         if self.max_steps != 200:
             out.append(f"max_steps {self.max_steps} (τ² default 200)")
+        if nl_judged:
+            out.append(f"{len(nl_judged)} task(s) ({', '.join(nl_judged[:5])}{', ...' if len(nl_judged) > 5 else ''}) "
+                       "have NL_ASSERTION in their reward basis: τ²'s evaluator asks its own LLM judge (litellm, "
+                       "tau2.config.DEFAULT_LLM_NL_ASSERTIONS) for them, which envace does not route; without "
+                       "that model's credentials they are evaluator errors scoring 0")
         return out
 
 
@@ -131,3 +140,8 @@ def _count(items: Any) -> dict[str, int]:
     for x in items:
         out[x] = out.get(x, 0) + 1
     return out
+
+
+def _basis(task: Any) -> list[str]:
+    basis = getattr(getattr(task, "evaluation_criteria", None), "reward_basis", None) or []
+    return [str(getattr(b, "value", b)) for b in basis]

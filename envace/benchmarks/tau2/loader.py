@@ -118,6 +118,9 @@ def load_tau2(checkout: str | Path | None = None, *, quiet: bool = True) -> Tau2
             ("llm_agent", "agent.llm_agent"), ("user_simulator", "user.user_simulator"))}
     except ImportError as exc:
         raise Tau2Unavailable(f"cannot import τ²-bench ({exc}); install it with: {INSTALL_HINT}") from exc
+    litellm = sys.modules.get("litellm")
+    if quiet and litellm is not None:  # its "Give Feedback / Get Help" banner on every failed call
+        litellm.suppress_debug_info = True
     if not hasattr(mods["registry"], "registry"):
         raise Tau2Unavailable(f"the imported 'tau2' ({sys.modules['tau2'].__file__}) is not τ²-bench; "
                               f"uninstall it and run: {INSTALL_HINT}")
