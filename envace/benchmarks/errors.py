@@ -112,8 +112,10 @@ class Termination(str, Enum):
     TASK_ERROR = "task_error"
 
 
-# endings that are a component's failure rather than a model's score: a run ending only so failed
-FAILED_ENDINGS = frozenset({Termination.TASK_ERROR.value, Termination.USER_ERROR.value, Termination.CONTEXT.value})
+# endings where no score was measured (the task raised, or its prompt did not fit): a run ending only so failed.
+# A user simulator's empty message (user_error) is τ²'s own premature termination scoring 0: named in the
+# summary line, not a failed run.
+FAILED_ENDINGS = frozenset({Termination.TASK_ERROR.value, Termination.CONTEXT.value})
 NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer", "out_of_scope"})
 
 

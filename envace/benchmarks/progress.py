@@ -105,6 +105,12 @@ def track(name: str, stream: TextIO | None = None, **kw: object) -> Iterator[Pro
     _ACTIVE.append(bar)
     try:
         yield bar
-    finally:
+    except BaseException:
         _ACTIVE.remove(bar)
-        bar.close()
+        if bar.done:  # what ran before the failure; a run that failed before its first task prints nothing
+            bar.close()
+        elif bar.tty:
+            bar.stream.write("\n")
+        raise
+    _ACTIVE.remove(bar)
+    bar.close()

@@ -43,6 +43,8 @@ def preflight(cfg: EvalConfig) -> None:
         except ConfigError as exc:
             problems.append(Problem(exc.field or field, exc.what or str(exc), exc.fix or "fix it"))
     problems += requirement_problems(others, cfg.paths.as_dict(), cfg.judge is not None)
+    if "finmcp" in others and not any(p.field.startswith("paths.finmcp") for p in problems):
+        problems += _finmcp_data_problems(cfg)
     if problems:
         # the one-line CLI error lists every field and what is wrong; the full message has each fix
         raise ConfigError("cannot run this evaluation:\n- " + "\n- ".join(map(str, problems)),
@@ -50,6 +52,24 @@ def preflight(cfg: EvalConfig) -> None:
                           what="; ".join(p.what for p in problems),
                           fix=problems[0].fix if len(problems) == 1 else
                           "set the fields named (each one's fix: `envace eval --help`, or --debug for the full list)")
+
+
+def _finmcp_data_problems(cfg: EvalConfig) -> list[Any]:
+    """The FinMCP data and schema files are read (and validated) before any model loads."""
+    from envace.benchmarks.finmcp.data import FinMCPDataError, load_records, load_tool_schemas
+    from envace.benchmarks.run import Problem
+
+    out = []
+    for field, path, load in (("paths.finmcp", cfg.paths.finmcp, load_records),
+                              ("paths.finmcp_tools", cfg.paths.finmcp_tools, load_tool_schemas)):
+        if not path:
+            continue
+        try:
+            load(path)
+        except (FinMCPDataError, UnicodeDecodeError) as exc:
+            out.append(Problem(field, str(exc), f"set {field} to the FinMCP-Bench file (a JSON array of "
+                                                "records, or JSON Lines; see docs/benchmarks.md)"))
+    return out
 
 
 def used_slots(cfg: EvalConfig, *, default_user: bool = True) -> dict[str, ModelSlot | None]:

@@ -1,8 +1,9 @@
 """Whether a finished evaluation may exit 0, and the compact table the terminal shows.
 
 A run fails, though every task ran, when for some benchmark
-- every task run errored, or ended by a component's failure (`errors.FAILED_ENDINGS`: a task error, the
-  user simulator's empty message, a prompt over the context limit): no score was measured at all;
+- every task run errored (`errors.FAILED_ENDINGS`: the task raised, or a prompt did not fit the context):
+  no score was measured at all (endings such as user_error score 0 as the benchmark defines it and are
+  named in the summary line instead);
 - the judge failed (raised, or left a window's verdict unparsed) on more than `max_judge_failure_share`
   of the runs that reached it: the score is mostly the judge's failure, not the policy's.
 `run_failures` returns one line per such benchmark with the causes grouped; `envace eval` prints them

@@ -63,14 +63,13 @@ def test_a_benchmark_whose_runs_all_failed_fails_the_run_with_the_causes_grouped
     down = _err("policy", "ChatClientError", "connection refused")
     r = _result("tau2", [{"id": "1", "termination": "task_error", "task_error": down},
                          {"id": "2", "termination": "task_error", "task_error": down},
-                         {"id": "3", "termination": "user_error", "task_error": None},
                          {"id": "4", "termination": "task_error", "task_error": CONTEXT}])
     line = benchmark_failure(r, 0.1)
-    assert line == ("tau2: all 4 task runs failed before a score was measured: policy: ChatClientError x2, "
-                    "ended context x1, ended user_error x1 (e.g. 1: connection refused)")
-    # one run that ended normally (even with reward 0) is a measured score
-    ok = _result("tau2", [*r.records, {"id": "5", "termination": "user_stop", "task_error": None, "reward": 0.0}])
-    assert benchmark_failure(ok, 0.1) is None
+    assert line == ("tau2: all 3 task runs failed before a score was measured: policy: ChatClientError x2, "
+                    "ended context x1 (e.g. 1: connection refused)")
+    # one run that ended as the benchmark defines it (even user_error, reward 0) is a measured score
+    ok = _result("tau2", [*r.records, {"id": "5", "termination": "user_error", "task_error": None, "reward": 0.0}])
+    assert benchmark_failure(ok, 0.1) is None and ok.error_summary().endswith("; ended context x1, user_error x1")
     assert run_failures({"tau2": r, "x": ok}, 0.1) == [line]
 
 
