@@ -2,6 +2,11 @@
 rehearsal; results written as JSON beside the model (or to `out_dir`) and, when tracking is on, to one
 MLflow run (metrics + the JSON as an artifact) and to the trajectory store.
 
+Before any task: every setting and data path is checked without a model (roles.preflight), the output
+folder is announced, and every endpoint slot answers one probe chat completion (probe.py); a failure
+stops the run as one ConfigError. After the benchmarks, `results["failures"]` names each one that
+measured nothing or whose judge failed too often (verdict.py); the caller chooses the exit status.
+
 Store (envace.evaluation.eval_store): runs of kind `eval`, one per (checkpoint content hash, benchmark,
 protocol) with a deterministic id, so a re-run of the same checkpoint × benchmark × seed adds no row. The
 tool world's run holds its trajectories with mode `eval` (step = the seed, split = the task split, or
