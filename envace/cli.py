@@ -193,36 +193,17 @@ def train(args: list[str] = typer.Argument(None, help="[CONFIG] key=value ..."),
                            "reward/mean": last.get("reward/mean")}, indent=2))
 
 
-EVAL_EPILOG = """Model slots, as key=value overrides; each slot is a local model dir OR an
-OpenAI-compatible endpoint:
-  policy.model_dir=DIR, or
-  policy.base_url=URL policy.model=NAME policy.api_key_env=VAR
-  user_sim.*  the τ²/Vita user simulator (default: the policy model)
-  judge.*     the VitaBench rubric judge (required for vita)
-  api_key_env is the NAME of an environment variable: the key is read at run
-  time and never written to configs, eval.json, MLflow or logs.
-  Per slot: <slot>.temperature (policy: 0.6), <slot>.top_p, <slot>.max_tokens.
+def _eval_epilog() -> str:
+    from envace.evaluation.terminal import EVAL_EPILOG  # text only: no heavy import
 
-Benchmark data you supply: paths.vita=VITABENCH_CLONE, paths.finmcp=DATA.json,
-paths.finmcp_tools=MCP_SCHEMA (optional), paths.tau2=TAU2_CLONE (optional),
-paths.tau2_tasks=TASKS.json (optional, one domain);
-or the --vita / --finmcp / --finmcp-tools / --tau2 options.
-Parts: bench.bfcl_categories=LIST, bench.tau2_domains=LIST,
-bench.vita_sets=LIST, bench.vita_language=en|zh, bench_limit=N (first N tasks of each category).
-
-Protocol (the paper's): Avg@4 (k=4, one derived seed per attempt), τ² pass^k,
-Vita per-set Avg@4 and their mean, FinMCP TP/TR/TF1 macro and micro plus exact
-match, Overall = mean(BFCL, τ², Vita) beside the paper's table; the policy,
-user-simulator and judge models are recorded beside each score.
-
-Example:
-  envace eval models/tiny --benchmarks vita --vita ~/vitabench --judge models/judge"""
+    return EVAL_EPILOG
 
 
-@app.command("eval", context_settings={"allow_extra_args": True}, epilog=EVAL_EPILOG)
+@app.command("eval", context_settings={"allow_extra_args": True}, epilog=_eval_epilog())
 def evaluate(checkpoint: str | None = typer.Argument(
                  None, help="Policy model dir or step_* checkpoint dir (omit when policy.base_url=... is given)."),
-             benchmarks: str = typer.Option("world", help="Comma list: world,bfcl,tau2,vita,finmcp."),
+             benchmarks: str | None = typer.Option(None, help="Comma list: world,bfcl,tau2,vita,finmcp (default: "
+                                                   "world; with --gold: bfcl,tau2 and finmcp / vita when given)."),
              k: int | None = typer.Option(None, "-k", "--k", min=1,
                                              help="Attempts per task, Avg@k (default 4, the paper's Avg@4)."),
              vita: Path | None = typer.Option(None, help="VitaBench checkout root (= paths.vita)."),
@@ -235,39 +216,52 @@ def evaluate(checkpoint: str | None = typer.Argument(
              user_sim: str | None = typer.Option(None, help="User-simulator model dir (= user_sim.model_dir)."),
              tts_n: int = typer.Option(0, help="Private test-time rehearsals before acting (0 = none)."),
              tts_mode: str = typer.Option("parallel", help="parallel | sequential."),
+             gold: bool = typer.Option(False, "--gold", help="Oracle replay (no model): gold answers through each "
+                                       "benchmark's adapter and checker; prints pass counts. Run it first."),
              overrides: list[str] = typer.Argument(None, help="EvalConfig key=value overrides (see below).")):
     """Evaluate a checkpoint on the tool world and/or benchmarks, optionally with test-time rehearsal."""
     from envace.benchmarks.base import available_benchmarks
     from envace.config import load_config
-    from envace.evaluation.config import EvalConfig
-    from envace.evaluation.run import run_eval
 
     overrides = list(overrides or [])
     if checkpoint is not None and "=" in checkpoint:  # no CHECKPOINT: the first word is an override
         overrides, checkpoint = [checkpoint, *overrides], None
-    names = [b.strip() for b in benchmarks.split(",") if b.strip()]
+    paths = {key: str(v) for key, v in (("vita", vita), ("finmcp", finmcp), ("finmcp_tools", finmcp_tools),
+                                        ("tau2", tau2)) if v is not None}
+    if gold:
+        default = ["bfcl", "tau2", *[b for b in ("finmcp", "vita") if b in paths]]
+        names = [b.strip() for b in (benchmarks or ",".join(default)).split(",") if b.strip()]
+    else:
+        names = [b.strip() for b in (benchmarks or "world").split(",") if b.strip()]
     valid = ["world", *sorted(available_benchmarks())]
     unknown = [b for b in names if b not in valid]
     if unknown or not names:
         raise UserError(f"unknown benchmark name(s) {', '.join(map(repr, unknown)) or '(none given)'}",
                         "--benchmarks", f"pass --benchmarks with names from {','.join(valid)}")
+    if gold:
+        if checkpoint is not None:
+            raise UserError(f"--gold replays the benchmarks' own answers; it takes no model ({checkpoint})",
+                            "envace eval --gold", "drop the CHECKPOINT argument")
+        from envace.evaluation.terminal import gold_command
+
+        raise typer.Exit(gold_command(names, paths, overrides))
+    from envace.evaluation.config import EvalConfig
+    from envace.evaluation.run import run_eval
+    from envace.evaluation.terminal import report_results
+
     values: dict[str, Any] = {"benchmarks": names, "tts_n": tts_n, "tts_mode": tts_mode}
     if checkpoint is not None:
         values["model"] = checkpoint
     if k is not None:
         values["k"] = k
-    paths = {key: str(v) for key, v in (("vita", vita), ("finmcp", finmcp), ("finmcp_tools", finmcp_tools),
-                                        ("tau2", tau2)) if v is not None}
     if paths:
         values["paths"] = paths
     for slot, value in (("judge", judge), ("user_sim", user_sim)):
         if value is not None:
             values[slot] = {"model_dir": value}
     cfg = load_config(EvalConfig, None, overrides, **values)
-    results = run_eval(cfg)
-    typer.echo(json.dumps(results, indent=2, default=str))
-    for result in ((results.get("benchmarks") or {}).get("results") or {}).values():
-        typer.echo(result.error_summary(), err=True)  # how many tasks errored and why, one line per benchmark
+    results = run_eval(cfg, echo=lambda line: typer.echo(line, err=True))
+    raise typer.Exit(report_results(results))  # the table on stdout; 3 when a benchmark measured nothing
 
 
 @app.command()

@@ -4,7 +4,9 @@ as one task per benchmark (`envace.evaluation.run.run_eval` with
 `benchmarks=[b]`, results in `<out_dir>/<b>/eval.json`; several at once run in worker processes, as
 sweep cells do). A benchmark task whose config names an
 endpoint (remote judge / user simulator / model URL), or any task when `remote=True`, retries with
-exponential backoff. One failing benchmark does not stop the others; the summary names it. All
+exponential backoff (an endpoint that fails its preflight probe fails the task at once). One failing
+benchmark does not stop the others; the summary names it, and a benchmark that ran but measured nothing
+(every task run failed, or the judge failed on too many runs: `run_eval`'s `failures`) is failed too. All
 results go to one MLflow run (`eval/<benchmark>/<metric>` metrics, the JSON as artifacts), nested under
 `parent_run_id` when given (the pipeline's run).
 """
@@ -81,7 +83,11 @@ def evaluate_checkpoint(model: str | None = None, benchmarks: list[str] | None =
         for fut in as_completed([f for f, _ in futures.values()]):
             b = futures[fut.task_run_id][1]
             fut.wait()  # the final state from the worker, not a possibly stale one from the API
-            if fut.state.is_completed():
+            if fut.state.is_completed() and (fut.result().get("failures") or []):
+                results[b] = fut.result()  # written and logged, but it measured nothing: a failure, not a zero
+                failed[b] = "; ".join(results[b]["failures"])
+                logger.error("eval[%s]: FAILED: %s", b, failed[b])
+            elif fut.state.is_completed():
                 results[b] = fut.result()
                 logger.info("eval[%s]: done; %s", b, ", ".join(f"{k}={v:.3f}" for k, v in
                                                                  list(eval_metrics(results[b]).items())[:3]))

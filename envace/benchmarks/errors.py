@@ -100,25 +100,88 @@ def failed_record(task_id: str, category: str, sample: int, seed: int, error: Ta
             "messages": list(messages or []), **extra}
 
 
+class Termination(str, Enum):
+    """How an episode ended, where the summary line names it (the benchmarks' own labels, plus `context`)."""
+
+    CONTEXT = "context"  # a prompt did not fit the model's context (ContextLengthExceeded, or a server's 400)
+    USER_ERROR = "user_error"  # the user simulator produced an empty message
+    AGENT_ERROR = "agent_error"
+    MAX_STEPS = "max_steps"
+    TOO_MANY_ERRORS = "too_many_errors"
+    INVALID_AGENT_MESSAGE = "invalid_agent_message"
+    TASK_ERROR = "task_error"
+
+
+# endings where no score was measured (the task raised, or its prompt did not fit): a run ending only so failed.
+# A user simulator's empty message (user_error) is τ²'s own premature termination scoring 0: named in the
+# summary line, not a failed run.
+FAILED_ENDINGS = frozenset({Termination.TASK_ERROR.value, Termination.CONTEXT.value})
+NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer", "out_of_scope"})
+
+
+def is_context_error(err: TaskError) -> bool:
+    return err.type == "ContextLengthExceeded" or "maximum context length" in err.message
+
+
+def termination_of(record: Mapping[str, Any]) -> str | None:
+    """The record's ending: `context` for a prompt over the context limit, else the benchmark's own label
+    (None where the benchmark has no episodes, e.g. a single-turn BFCL entry that ran)."""
+    err = error_of(record)
+    if err is not None and is_context_error(err):
+        return Termination.CONTEXT.value
+    t = record.get("termination")
+    if isinstance(t, str):
+        return t
+    return Termination.TASK_ERROR.value if err is not None else None
+
+
 def summarize(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """{"count", "total", "by_cause": {"<stage>: <Type>": n}, "examples": {cause: first message}} over a
-    run's records (one per task x sample)."""
-    total, by_cause, examples = 0, {}, {}
+    """{"count", "total", "by_cause": {"<stage>: <Type>": n}, "examples": {cause: first message},
+    "terminations": {ending: n}, "judge": {...} or None} over a run's records (one per task x sample).
+    `judge` (records with `n_windows`, i.e. rubric-judged ones): windows judged, windows whose verdict did
+    not parse, runs that reached the judge, and runs where it failed (raised, or left a window unparsed)."""
+    total, by_cause, examples, ends = 0, {}, {}, {}
+    judge = {"windows": 0, "unparsed": 0, "runs": 0, "failed": 0}
+    judged = False
     for r in records:
         total += 1
+        end = termination_of(r)
+        if end is not None:
+            ends[end] = ends.get(end, 0) + 1
         err = error_of(r)
+        if "n_windows" in r:
+            judged = True
+            raised = err is not None and err.stage is TaskStage.EVALUATOR
+            unparsed = int(r.get("unparsed_windows") or 0)
+            judge["windows"] += int(r.get("n_windows") or 0)
+            judge["unparsed"] += unparsed
+            if raised or int(r.get("n_windows") or 0) > 0:
+                judge["runs"] += 1
+                judge["failed"] += bool(raised or unparsed)
         if err is None:
             continue
         by_cause[err.cause] = by_cause.get(err.cause, 0) + 1
         examples.setdefault(err.cause, f"{r.get('id')}: {err.message[:200]}")
-    return {"count": sum(by_cause.values()), "total": total, "by_cause": by_cause, "examples": examples}
+    return {"count": sum(by_cause.values()), "total": total, "by_cause": by_cause, "examples": examples,
+            "terminations": ends, "judge": judge if judged else None}
 
 
 def summary_line(benchmark: str, summary: Mapping[str, Any]) -> str:
-    """One line: how many tasks errored and why (grouped by stage and exception type)."""
+    """One line: how many tasks errored and why (grouped by stage and exception type), then the endings
+    that are not a normal stop (user_error, max_steps, context, ...) and the judge's unparsed verdicts."""
     if not summary.get("count"):
-        return f"{benchmark}: no task errored ({summary.get('total', 0)} task runs)"
-    parts = [f"{cause} x{n} (e.g. {summary['examples'][cause]})"
-             for cause, n in sorted(summary["by_cause"].items(), key=lambda kv: (-kv[1], kv[0]))]
-    return (f"{benchmark}: {summary['count']} of {summary['total']} task runs errored and score 0: "
-            + "; ".join(parts))
+        line = f"{benchmark}: no task errored ({summary.get('total', 0)} task runs)"
+    else:
+        parts = [f"{cause} x{n} (e.g. {summary['examples'][cause]})"
+                 for cause, n in sorted(summary["by_cause"].items(), key=lambda kv: (-kv[1], kv[0]))]
+        line = (f"{benchmark}: {summary['count']} of {summary['total']} task runs errored and score 0: "
+                + "; ".join(parts))
+    ends = {k: n for k, n in (summary.get("terminations") or {}).items()
+            if k not in NORMAL_ENDINGS and k != Termination.TASK_ERROR.value}
+    if ends:
+        line += "; ended " + ", ".join(f"{k} x{n}" for k, n in sorted(ends.items(), key=lambda kv: (-kv[1], kv[0])))
+    judge = summary.get("judge")
+    if judge and (judge["unparsed"] or judge["failed"]):
+        line += (f"; judge: {judge['unparsed']} of {judge['windows']} windows unparsed, failed on "
+                 f"{judge['failed']} of {judge['runs']} judged runs")
+    return line

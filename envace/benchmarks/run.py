@@ -19,11 +19,13 @@ prompt; the user simulator and judge are not wrapped.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envace.benchmarks import progress
 from envace.benchmarks.base import BenchmarkResult, available_benchmarks, get_benchmark
 from envace.benchmarks.overall import overall_report
 from envace.engines.reply import BenchPolicy
@@ -54,7 +56,8 @@ def requirement_problems(names: list[str], paths: Mapping[str, str | None], has_
     problems: list[Problem] = []
     for name in names:
         if name == "vita":
-            problems += _path_problem("vita", paths.get("vita"), "paths.vita", _VITA_PATH, want_dir=True)
+            found = _path_problem("vita", paths.get("vita"), "paths.vita", _VITA_PATH, want_dir=True)
+            problems += found or _vita_checkout_problem(str(paths["vita"]))
             if not has_judge:
                 problems.append(Problem("judge", "vita needs a judge model", f"set {_VITA_JUDGE}"))
         elif name == "finmcp":
@@ -70,6 +73,22 @@ def requirement_problems(names: list[str], paths: Mapping[str, str | None], has_
                 problems += _path_problem("tau2", paths["tau2_tasks"], "paths.tau2_tasks",
                                           "a τ² task file (JSON list of tasks)", want_dir=False)
     return problems
+
+
+VITA_LAYOUT = ("a VitaBench checkout (git clone https://github.com/meituan-longcat/vitabench) holds src/vita/ "
+               "(its environments and prompts) and data/vita/domains/<set>/tasks_en.json for the sets "
+               "delivery, instore, ota, cross_domain")
+
+
+def _vita_checkout_problem(value: str) -> list[Problem]:
+    """A folder that is not a VitaBench checkout at all, said once (not as a list of missing task files)."""
+    root = Path(value).expanduser()
+    if (root / "src" / "vita").is_dir() and (root / "data" / "vita" / "domains").is_dir():
+        return []
+    inner = [p.parent.parent for p in root.glob("*/src/vita")]  # the folder that holds the clone
+    hint = f"; did you mean paths.vita={inner[0]}?" if inner else ""
+    return [Problem("paths.vita", f"{value} is not a VitaBench checkout",
+                    f"{VITA_LAYOUT}; set paths.vita (or --vita) to the root of one{hint}")]
 
 
 def _path_problem(bench: str, value: str | None, field: str, what: str, *, want_dir: bool) -> list[Problem]:
@@ -105,8 +124,10 @@ def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, 
                    tts_mode: str = "parallel", user_sim: BenchPolicy | None = None, judge: Any = None,
                    paths: Mapping[str, str | None] | None = None, tts_options: TTSConfig | None = None,
                    options: Mapping[str, Mapping[str, Any]] | None = None,
-                   slots: Mapping[str, Mapping[str, Any] | None] | None = None) -> dict[str, Any]:
-    """Run each benchmark; returns {"results": {name: BenchmarkResult}, "report": overall_report(...),
+                   slots: Mapping[str, Mapping[str, Any] | None] | None = None,
+                   show_progress: bool = False) -> dict[str, Any]:
+    """Run each benchmark (`show_progress`: a bar per benchmark on stderr, progress.py); returns
+    {"results": {name: BenchmarkResult}, "report": overall_report(...),
     "markdown": str, "tts": {...}}. `result.save(path)` writes one result as JSON."""
     paths = dict(paths or {})
     check_tts(tts_n, tts_mode)
@@ -125,7 +146,9 @@ def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, 
     agent: BenchPolicy = TTSPolicy(policy, tts_n, tts_mode, seed=seed, options=tts_options) if tts_n > 0 else policy
     results: dict[str, BenchmarkResult] = {}
     for name in names:
-        result = get_benchmark(name, **plans[name]).run(agent, limit=limit, k=k, seed=seed)
+        bench = get_benchmark(name, **plans[name])
+        with progress.track(name) if show_progress else contextlib.nullcontext():
+            result = bench.run(agent, limit=limit, k=k, seed=seed)
         if isinstance(agent, TTSPolicy):
             before = "each new user message" if agent.options.rehearse_at == "every" else "the first query"
             result.departures.append(f"test-time rehearsal: N={tts_n} ({tts_mode}); private rehearsals are Act + "

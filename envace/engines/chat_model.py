@@ -3,7 +3,9 @@ tool calls out. `envace serve` (server.py) puts it behind HTTP; `HFChatPolicy` i
 `BenchPolicy`.
 
 Per request: normalise the messages (JSON-string arguments become objects, as vLLM does), render them
-with the model's chat template, generate with a per-request seed, cut at the first stop string (not
+with the model's chat template, refuse a prompt that does not fit the context (`ContextLengthExceeded`:
+the model's own max_position_embeddings unless a limit is given, as `envace serve`; never truncated),
+generate with a per-request seed, cut at the first stop string (not
 returned), split off `<think>` reasoning, parse `<tool_call>` blocks (a malformed block leaves the whole
 text as content, as vLLM's hermes parser). Departure from vLLM: `json_schema` is best effort (an
 instruction in the system prompt, the first JSON value of the reply returned), not constrained decoding.
@@ -31,6 +33,23 @@ JSON_INSTRUCTION = "Respond only with one JSON value that matches this JSON sche
 
 class ChatRequestError(ValueError):
     """The request cannot be served (bad messages, prompt too long); the message says why."""
+
+
+class ContextLengthExceeded(ChatRequestError):
+    """The prompt (plus the tokens asked for) does not fit the model's context: never truncated, never run
+    past the positions the model was trained on; the benchmark records it as that task's error."""
+
+    def __init__(self, limit: int, prompt_tokens: int, max_tokens: int) -> None:
+        super().__init__(f"this model's maximum context length is {limit} tokens; the prompt has {prompt_tokens} "
+                         f"and max_tokens asks for {max_tokens} more")
+        self.limit, self.prompt_tokens, self.max_tokens = limit, prompt_tokens, max_tokens
+
+
+def model_context_len(engine: GenerationEngine) -> int | None:
+    """The model's own context length (config.max_position_embeddings), when it declares one."""
+    config = getattr(getattr(engine, "model", None), "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
 
 
 @dataclass
@@ -127,6 +146,11 @@ class LocalChatModel:
         self._lock = threading.Lock()
 
     @classmethod
+    def guarded(cls, engine: GenerationEngine, name: str, max_model_len: int | None = None) -> LocalChatModel:
+        """A chat model whose requests must fit `max_model_len` (None: the model's own context length)."""
+        return cls(engine, name, max_model_len if max_model_len is not None else model_context_len(engine))
+
+    @classmethod
     def from_dir(cls, model_dir: str | Path, *, name: str | None = None, device: str | None = None,
                  max_model_len: int | None = None) -> LocalChatModel:
         from envace.engines.hf import HFEngine
@@ -151,19 +175,21 @@ class LocalChatModel:
                  temperature: float = 1.0, top_p: float = 1.0, max_tokens: int | None = None,
                  seed: int | None = None, n: int = 1, stop: list[str] | None = None,
                  json_schema: Mapping[str, Any] | None = None, parse_tools: bool = True,
-                 chat_template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[LocalChoice], int]:
-        """`n` choices and the prompt length in tokens."""
+                 chat_template_kwargs: Mapping[str, Any] | None = None,
+                 max_model_len: int | None = None) -> tuple[list[LocalChoice], int]:
+        """`n` choices and the prompt length in tokens. `max_model_len` overrides the model's limit for this
+        request; a prompt that does not fit raises `ContextLengthExceeded` before anything is generated."""
         if n < 1:
             raise ChatRequestError(f"n={n} must be >= 1")
+        limit = max_model_len if max_model_len is not None else self.max_model_len
         _, prompt_ids = self.render(messages, tools, json_schema, chat_template_kwargs)
         budget = max_tokens if max_tokens is not None else self.default_max_tokens
-        if max_tokens is None and self.max_model_len is not None:  # as vLLM: what the prompt leaves, here capped
-            budget = min(budget, max(1, self.max_model_len - len(prompt_ids)))
+        if max_tokens is None and limit is not None:  # as vLLM: what the prompt leaves, here capped
+            budget = min(budget, max(1, limit - len(prompt_ids)))
         if budget < 1:
             raise ChatRequestError(f"max_tokens={budget} must be >= 1")
-        if self.max_model_len is not None and len(prompt_ids) + budget > self.max_model_len:
-            raise ChatRequestError(f"this model's maximum context length is {self.max_model_len} tokens; the "
-                                   f"prompt has {len(prompt_ids)} and max_tokens asks for {budget} more")
+        if limit is not None and len(prompt_ids) + budget > limit:
+            raise ContextLengthExceeded(limit, len(prompt_ids), budget)
         stops = [s for s in (stop or []) if s]
         reqs = [GenRequest(prompt_ids=prompt_ids, temperature=temperature, top_p=top_p, max_new_tokens=budget,
                            stop=stops, seed=None if seed is None else seed + i) for i in range(n)]
@@ -205,9 +231,10 @@ class HFChatPolicy:
 
     def __init__(self, model: LocalChatModel, temperature: float = 0.0, top_p: float = 1.0,
                  max_tokens: int | None = None, name: str | None = None,
-                 chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
+                 chat_template_kwargs: Mapping[str, Any] | None = None, max_model_len: int | None = None) -> None:
         self.model = model
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.max_model_len = max_model_len  # None: the model's own limit (LocalChatModel.max_model_len)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.name = name or f"{model.name} (local)"
 
@@ -215,7 +242,7 @@ class HFChatPolicy:
               context: Mapping[str, Any] | None = None) -> AssistantReply:
         choices, prompt_tokens = self.model.generate(
             messages, tools=tools, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
-            seed=seed, chat_template_kwargs=self.chat_template_kwargs)
+            seed=seed, chat_template_kwargs=self.chat_template_kwargs, max_model_len=self.max_model_len)
         c = choices[0]
         return AssistantReply(content=c.content, tool_calls=c.tool_calls, finish_reason=c.finish_reason,
                               usage={"prompt_tokens": prompt_tokens, "completion_tokens": c.completion_tokens},

@@ -15,6 +15,10 @@ LLM checklist judge. From one slot:
 Local slots built with the same `SlotCache` share one loaded model (policy and user simulator on one dir
 load it once), each role with its own policy object and sampling settings.
 
+Context guard: every local slot refuses a prompt longer than its limit (`max_model_len`, default the
+model's own max_position_embeddings, as `envace serve`) with `ContextLengthExceeded`, which the
+benchmark records as that task's error (termination `context`); nothing is truncated.
+
 Departure from vLLM serving: a local slot has no constrained decoding; `json_schema` is an instruction
 in the prompt (see envace.engines.chat_model).
 """
@@ -57,6 +61,9 @@ class ModelSlot(BaseConfig):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass of this role.")
     max_tokens: int | None = Field(None, ge=1,
                                    description="Most tokens per reply; None: the server's / engine's default.")
+    max_model_len: int | None = Field(None, ge=1, description="Local: prompt + completion tokens per request "
+                                      "(None: the model's max_position_embeddings, as envace serve); a longer "
+                                      "prompt is that task's error. Endpoint: the server's own limit applies.")
     timeout_s: float = Field(120.0, gt=0, description="Endpoint: per-request timeout in seconds.")
     max_retries: int = Field(4, ge=0, description="Endpoint: transport retries per request.")
 
@@ -72,6 +79,10 @@ class ModelSlot(BaseConfig):
                              "/v1/models lists)")
         if self.base_url and not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url {self.base_url!r} must start with http:// or https://")
+        if self.base_url and self.max_model_len is not None:
+            raise ValueError(f"max_model_len={self.max_model_len} applies to a local model dir; endpoint "
+                             f"{self.base_url!r} enforces its own limit (envace serve --max-model-len, vllm "
+                             "--max-model-len): drop max_model_len")
         if self.api_key_env is not None and (not self.api_key_env or not _is_env_name(self.api_key_env)):
             raise ValueError(f"api_key_env {self.api_key_env!r} must be the NAME of an environment variable "
                              "(e.g. OPENAI_API_KEY), not the key itself")
@@ -155,7 +166,8 @@ class ModelSlot(BaseConfig):
             from envace.engines.chat_model import HFChatPolicy
 
             return HFChatPolicy(self.build_chat_model(field, device=device, cache=cache), temperature=self.temperature,
-                                top_p=self.top_p, max_tokens=self.max_tokens, name=self.label())
+                                top_p=self.top_p, max_tokens=self.max_tokens, name=self.label(),
+                                max_model_len=self.max_model_len)
         from envace.engines.openai_client import OpenAIPolicy
 
         return OpenAIPolicy(self.build_client(field, transport), temperature=self.temperature, top_p=self.top_p,
@@ -189,7 +201,8 @@ class SlotCache:
 
             device = self.device or str(pick_device())
             model, tok = load_policy(model_dir, device=device)
-            self._models[key] = LocalChatModel(make_engine(model, tok, device=device), name=Path(model_dir).name)
+            # guarded by the model's own context length; a slot's max_model_len overrides it per request
+            self._models[key] = LocalChatModel.guarded(make_engine(model, tok, device=device), Path(model_dir).name)
         return self._models[key]
 
     def put(self, model_dir: Path, chat_model: Any) -> None:
@@ -206,7 +219,8 @@ class LocalJudgeBackend:
     def complete(self, messages: list[dict[str, Any]], *, json_schema: dict[str, Any] | None = None,
                  temperature: float = 0.0) -> str:
         choices, _ = self.model.generate(messages, temperature=temperature, top_p=self.slot.top_p,
-                                         max_tokens=self.slot.max_tokens, json_schema=json_schema, parse_tools=False)
+                                         max_tokens=self.slot.max_tokens, json_schema=json_schema, parse_tools=False,
+                                         max_model_len=self.slot.max_model_len)
         return choices[0].content.strip()
 
     def chat(self, messages: list[dict[str, Any]], *, json_schema: dict[str, Any] | None = None,

@@ -28,6 +28,7 @@ from envace.rollout.tts_private import TTSConfig
 from envace.tracking.config import TrackingConfig
 
 PAPER_K = 4
+_SOURCE_KEYS = ("model_dir", "base_url", "model", "api_key_env", "max_model_len", "timeout_s", "max_retries")
 # the reference's validation sampling (envace_reference: temperature 0.6, top_p 0.95, do_sample)
 POLICY_TEMPERATURE, POLICY_TOP_P = 0.6, 0.95
 
@@ -82,7 +83,8 @@ class EvalConfig(BaseConfig):
                                      "policy.base_url=URL policy.model=NAME [policy.api_key_env=VAR]; sampling "
                                      "policy.temperature (default 0.6) / policy.top_p (0.95) / policy.max_tokens.")
     user_sim: ModelSlot | None = Field(None, description="τ² / Vita user simulator: user_sim.model_dir=DIR or "
-                                       "user_sim.base_url/model/api_key_env (None: the policy model, un-wrapped).")
+                                       "user_sim.base_url/model/api_key_env (None: the policy model, un-wrapped; "
+                                       "user_sim.* settings alone apply to the policy's model).")
     judge: ModelSlot | None = Field(None, description="VitaBench rubric judge: judge.model_dir=DIR or "
                                     "judge.base_url/model/api_key_env (required for vita).")
     paths: BenchmarkPaths = Field(default_factory=BenchmarkPaths, description="Benchmark data: paths.vita, "
@@ -110,6 +112,9 @@ class EvalConfig(BaseConfig):
     threads: int | None = Field(None, ge=1, description="torch CPU threads.")
     tracking: TrackingConfig = Field(default_factory=lambda: TrackingConfig(enabled=False),
                                      description="MLflow + store.")
+    max_judge_failure_share: float = Field(0.1, ge=0.0, le=1.0, description="Largest share of judged runs whose "
+                                           "judge raised or left a verdict unparsed before the run exits non-zero.")
+    progress: bool = Field(True, description="A progress bar per benchmark on stderr.")
 
     @model_validator(mode="before")
     @classmethod
@@ -132,6 +137,11 @@ class EvalConfig(BaseConfig):
             data["policy"] = policy
         if data.get("user_sim_model") and data.get("user_sim") is None:
             data["user_sim"] = {"model_dir": str(data["user_sim_model"])}
+        user = data.get("user_sim")
+        if isinstance(user, dict) and not user.get("model_dir") and not user.get("base_url") \
+                and isinstance(policy, dict):
+            # user_sim.* settings alone (e.g. user_sim.max_tokens=32): the policy's model, with those settings
+            data["user_sim"] = {**{k: policy[k] for k in _SOURCE_KEYS if policy.get(k) is not None}, **user}
         return data
 
     @model_validator(mode="after")
@@ -161,3 +171,15 @@ class EvalConfig(BaseConfig):
         if self.policy.kind is SlotKind.LOCAL:
             return Path(self.policy.model_dir or "model").name
         return str(self.policy.model).replace("/", "_")
+
+
+class GoldConfig(BaseConfig):
+    """`envace eval --gold`: the oracle replays read the same data settings as an evaluation (no model)."""
+
+    benchmarks: list[str] = Field(default_factory=lambda: ["bfcl", "tau2"], description="bfcl, tau2, finmcp, vita.")
+    paths: BenchmarkPaths = Field(default_factory=BenchmarkPaths, description="Benchmark data (as EvalConfig).")
+    bench: BenchmarkOptions = Field(default_factory=BenchmarkOptions, description="Benchmark parts (as EvalConfig).")
+    bench_limit: int | None = Field(None, ge=1, description="Entries per benchmark category.")
+    seeds: list[int] = Field(default_factory=lambda: [0], description="The first one seeds the replay.")
+    out_dir: str | None = Field(None, description="Where to write gold.json (None: runs/gold).")
+    progress: bool = Field(True, description="A progress bar per benchmark on stderr.")

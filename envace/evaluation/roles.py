@@ -35,10 +35,7 @@ def preflight(cfg: EvalConfig) -> None:
     unknown = [b for b in others if b not in available_benchmarks()]
     if unknown:  # left to run_benchmarks' own message (and the flow's per-benchmark failure)
         return
-    used = {"policy": cfg.policy,
-            "user_sim": cfg.user_sim if any(b in USES_USER_SIM for b in others) else None,
-            "judge": cfg.judge if any(b in USES_JUDGE for b in others) else None}
-    for field, slot in used.items():
+    for field, slot in used_slots(cfg, default_user=False).items():
         if slot is None:
             continue
         try:
@@ -46,6 +43,8 @@ def preflight(cfg: EvalConfig) -> None:
         except ConfigError as exc:
             problems.append(Problem(exc.field or field, exc.what or str(exc), exc.fix or "fix it"))
     problems += requirement_problems(others, cfg.paths.as_dict(), cfg.judge is not None)
+    if "finmcp" in others and not any(p.field.startswith("paths.finmcp") for p in problems):
+        problems += _finmcp_data_problems(cfg)
     if problems:
         # the one-line CLI error lists every field and what is wrong; the full message has each fix
         raise ConfigError("cannot run this evaluation:\n- " + "\n- ".join(map(str, problems)),
@@ -53,6 +52,34 @@ def preflight(cfg: EvalConfig) -> None:
                           what="; ".join(p.what for p in problems),
                           fix=problems[0].fix if len(problems) == 1 else
                           "set the fields named (each one's fix: `envace eval --help`, or --debug for the full list)")
+
+
+def _finmcp_data_problems(cfg: EvalConfig) -> list[Any]:
+    """The FinMCP data and schema files are read (and validated) before any model loads."""
+    from envace.benchmarks.finmcp.data import FinMCPDataError, load_records, load_tool_schemas
+    from envace.benchmarks.run import Problem
+
+    out = []
+    for field, path, load in (("paths.finmcp", cfg.paths.finmcp, load_records),
+                              ("paths.finmcp_tools", cfg.paths.finmcp_tools, load_tool_schemas)):
+        if not path:
+            continue
+        try:
+            load(path)
+        except (FinMCPDataError, UnicodeDecodeError) as exc:
+            out.append(Problem(field, str(exc), f"set {field} to the FinMCP-Bench file (a JSON array of "
+                                                "records, or JSON Lines; see docs/benchmarks.md)"))
+    return out
+
+
+def used_slots(cfg: EvalConfig, *, default_user: bool = True) -> dict[str, ModelSlot | None]:
+    """{field: slot or None} of the roles the selected benchmarks use (`default_user`: the policy's slot
+    stands in for an unset user simulator, as `bench_roles` builds it)."""
+    others = bench_names(cfg)
+    user = cfg.user_sim or (_default_user_slot(cfg.policy) if default_user and cfg.policy else None)
+    return {"policy": cfg.policy if others or "world" in cfg.benchmarks else None,
+            "user_sim": user if any(b in USES_USER_SIM for b in others) else None,
+            "judge": cfg.judge if any(b in USES_JUDGE for b in others) else None}
 
 
 def describe_slots(cfg: EvalConfig) -> dict[str, dict[str, Any] | None]:
@@ -76,7 +103,7 @@ def bench_roles(cfg: EvalConfig, device: str, engine: Any = None,
     assert cfg.policy is not None
     cache = SlotCache(device)
     if engine is not None and model_dir is not None:
-        cache.put(model_dir, LocalChatModel(engine, name=model_dir.name))
+        cache.put(model_dir, LocalChatModel.guarded(engine, model_dir.name))  # the model's own context limit
     others = bench_names(cfg)
     policy = cfg.policy.build_policy("policy", cache=cache)
     user_slot = cfg.user_sim or _default_user_slot(cfg.policy)

@@ -2,6 +2,11 @@
 rehearsal; results written as JSON beside the model (or to `out_dir`) and, when tracking is on, to one
 MLflow run (metrics + the JSON as an artifact) and to the trajectory store.
 
+Before any task: every setting and data path is checked without a model (roles.preflight), the output
+folder is announced, and every endpoint slot answers one probe chat completion (probe.py); a failure
+stops the run as one ConfigError. After the benchmarks, `results["failures"]` names each one that
+measured nothing or whose judge failed too often (verdict.py); the caller chooses the exit status.
+
 Store (envace.evaluation.eval_store): runs of kind `eval`, one per (checkpoint content hash, benchmark,
 protocol) with a deterministic id, so a re-run of the same checkpoint × benchmark × seed adds no row. The
 tool world's run holds its trajectories with mode `eval` (step = the seed, split = the task split, or
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +36,22 @@ def resolve_model_dir(path: str | Path) -> Path:
     return model_dir_of(path)  # the same rule names the checkpoint in the store and in MLflow
 
 
-def run_eval(cfg: EvalConfig) -> dict[str, Any]:
+def eval_out_dir(cfg: EvalConfig) -> Path:
+    """Where eval.json goes: `out_dir`, else `eval_<model>` beside a local model, else runs/eval_<model>."""
+    from envace.evaluation.roles import is_local
+
+    if cfg.out_dir:
+        return Path(cfg.out_dir)
+    if is_local(cfg):
+        model_dir = resolve_model_dir(cfg.policy.model_dir)
+        return model_dir.parent / f"eval_{model_dir.name}"
+    return Path("runs") / f"eval_{cfg.model_name()}"
+
+
+def run_eval(cfg: EvalConfig, echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the evaluation; `echo` gets the lines a terminal shows as it starts (where results go, which
+    endpoints answered the probe). `results["failures"]` lists each benchmark that did not measure a score
+    (verdict.py); the caller decides the exit status."""
     from envace.data.tasks import load_tasks
     from envace.engines.factory import make_engine
     from envace.models.loading import load_policy, pick_device
@@ -38,24 +59,28 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
-    from envace.evaluation.roles import bench_roles, describe_slots, is_local, preflight
+    from envace.evaluation.probe import probe_endpoints
+    from envace.evaluation.roles import bench_roles, describe_slots, is_local, preflight, used_slots
 
+    say = echo or (lambda _line: None)
     device = torch.device(cfg.device) if cfg.device else pick_device()
     # the data and every slot / path are checked before a model is loaded, so a bad setting fails at once
     preflight(cfg)
+    out = eval_out_dir(cfg)
+    say(f"envace eval: {', '.join(cfg.benchmarks)}; results go to {out / 'eval.json'}")
+    probed = probe_endpoints(used_slots(cfg))  # every endpoint answers once before any task runs
+    if probed:
+        say(f"envace eval: endpoints answered the probe: {', '.join(probed)}")
     tasks = load_tasks(cfg.data, split=cfg.split, n=cfg.n_tasks) if "world" in cfg.benchmarks else []
     engine = None
     if is_local(cfg):  # an endpoint policy has no local engine (world is refused for it by EvalConfig)
         model_dir = resolve_model_dir(cfg.policy.model_dir)
         model, tok = load_policy(model_dir, device=device)
         engine = make_engine(model, tok, device=device)
-        default_out = model_dir.parent / f"eval_{model_dir.name}"
     else:
         model_dir = Path(cfg.model_name())
-        default_out = Path("runs") / f"eval_{cfg.model_name()}"
     results: dict[str, Any] = {"model": str(model_dir) if is_local(cfg) else cfg.policy.label(),
                                "models": describe_slots(cfg), "k": cfg.k, "seeds": list(cfg.seeds)}
-    out = Path(cfg.out_dir) if cfg.out_dir else default_out
     out.mkdir(parents=True, exist_ok=True)
     store = EvalStore(cfg, model_dir, out) if cfg.tracking.enabled else None
     try:
@@ -75,7 +100,10 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
                 others, policy, limit=cfg.bench_limit, k=cfg.k, seed=cfg.seeds[0], tts_n=cfg.tts_n,
                 tts_mode=cfg.tts_mode, tts_options=cfg.tts, user_sim=user_sim, judge=judge,
                 paths=cfg.paths.as_dict(), options={b: cfg.bench.for_benchmark(b) for b in others},
-                slots=results["models"])
+                slots=results["models"], show_progress=cfg.progress)
+            from envace.evaluation.verdict import run_failures
+
+            results["failures"] = run_failures(results["benchmarks"]["results"], cfg.max_judge_failure_share)
             if store is not None:  # every per-task trajectory, in its benchmark's store run (idempotent)
                 store.put_benchmarks(results["benchmarks"]["results"])
     except BaseException as exc:

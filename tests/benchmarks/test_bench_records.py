@@ -73,7 +73,8 @@ def test_error_summary_counts_by_cause():
             mk(1, TaskStage.ENVIRONMENT, KeyError("k")), mk(2, TaskStage.EVALUATOR, ValueError("v2"))]
     s = summarize(recs)
     assert s == {"count": 3, "total": 4, "by_cause": {"evaluator: ValueError": 2, "environment: KeyError": 1},
-                 "examples": {"evaluator: ValueError": "t0: v0", "environment: KeyError": "t1: 'k'"}}
+                 "examples": {"evaluator: ValueError": "t0: v0", "environment: KeyError": "t1: 'k'"},
+                 "terminations": {"task_error": 3}, "judge": None}
     assert summary_line("x", s) == ("x: 3 of 4 task runs errored and score 0: evaluator: ValueError x2 (e.g. t0: v0); "
                                     "environment: KeyError x1 (e.g. t1: 'k')")
     assert summary_line("x", summarize([{"id": "ok"}])) == "x: no task errored (1 task runs)"

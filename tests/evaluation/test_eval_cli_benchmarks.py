@@ -25,12 +25,16 @@ VITA = FIXTURES / "vitabench"
 FINMCP = FIXTURES / "finmcp" / "benchmark_synthetic.json"
 K = 2  # two attempts keep the run short and still show distinct attempts (the default is the paper's 4)
 
+# The τ² / Vita prompts outgrow the tiny model's 1024 positions: these plumbing runs lift the context guard
+# explicitly (max_model_len), and accept that a random judge's verdicts never parse.
+PAST_CONTEXT = ["policy.max_model_len=8192"]
 # benchmark -> (its options, the expected {category: tasks} with bench_limit=1)
 CASES = {
     "bfcl": (["bench.bfcl_categories=[simple_python]"], {"simple_python": 1}),
-    "tau2": (["bench.tau2_domains=[airline]", "bench.tau2_max_steps=4"], {"airline": 1}),
+    "tau2": (["bench.tau2_domains=[airline]", "bench.tau2_max_steps=4", *PAST_CONTEXT], {"airline": 1}),
     "vita": (["--vita", str(VITA), "bench.vita_sets=[delivery]", "bench.vita_max_steps=4",
-              "judge.max_tokens=8"], {"delivery": 1}),
+              "judge.max_tokens=8", *PAST_CONTEXT, "judge.max_model_len=8192", "max_judge_failure_share=1"],
+             {"delivery": 1}),
     "finmcp": (["--finmcp", str(FINMCP)], None),  # categories come from the records' scenery
 }
 
@@ -149,7 +153,7 @@ def test_endpoint_policy_key_is_read_from_the_environment_and_never_written(tiny
                                         "temperature": 0.6, "top_p": 0.95, "max_tokens": 8}
     res = _result(data, "finmcp")
     assert res["models"]["policy"] == f"tiny @ {url}" and [r["id"] for r in res["records"]] == ["f1"]
-    assert json.loads(proc.stdout)["mlflow_run_id"]  # the run was logged to MLflow (whose files are scanned below)
+    assert "; MLflow run " in proc.stdout  # the run was logged to MLflow (whose files are scanned below)
     for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
         assert secret.encode() not in path.read_bytes(), f"the API key was written to {path}"
     assert secret not in proc.stdout and secret not in proc.stderr
@@ -166,6 +170,7 @@ def test_tau2_task_file_through_the_cli_with_the_error_summary(tiny_dir, tmp_pat
     out = tmp_path / "out"
     proc = envace("eval", str(tiny_dir), "--benchmarks", "tau2", f"paths.tau2_tasks={tasks}",
                   "bench.tau2_domains=[mock]", "bench.tau2_max_steps=4", "-k", "1", "policy.max_tokens=8",
+                  *PAST_CONTEXT,
                   "device=cpu", "threads=1", f"out_dir={out}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     res = _result(json.loads((out / "eval.json").read_text()), "tau2")

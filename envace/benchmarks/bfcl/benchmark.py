@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from envace.benchmarks import progress
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
 from envace.benchmarks.bfcl.compat import CHECKER_MODEL, load_bfcl
 from envace.benchmarks.bfcl.data import (
@@ -88,6 +89,7 @@ class BFCLBenchmark:
                                                 note=f"not run: BFCL's backend needs {missing} (pip install rank-bm25)")
                     continue
                 entries = load_category(cat, limit)
+                progress.active().add_total(k * len(entries))
                 cat_records = []
                 for sample in range(k):
                     tag = f"envace_{run_id}_s{sample}"
@@ -143,7 +145,9 @@ class BFCLBenchmark:
     def _run_sample(self, policy: BenchPolicy, entries: list[BFCLEntry], tag: str, seed: int,
                     sample: int) -> list[dict[str, Any]]:
         def one(entry: BFCLEntry) -> dict[str, Any]:
-            return self._guarded(policy, entry, tag, seed, sample)
+            record = self._guarded(policy, entry, tag, seed, sample)
+            progress.active().advance(error=record.get("task_error") is not None)
+            return record
 
         if self.workers == 1:
             return [one(e) for e in entries]

