@@ -63,14 +63,16 @@ def test_vita_replays_calls_in_the_checkout_environment(tmp_path):
         {"role": "user", "content": "I want noodles"},
         {"role": "assistant", "content": "", "tool_calls": [_call("get_menu", {"store_id": "s1"})]},
         {"role": "tool", "id": "x", "name": "get_menu", "content": "STALE TEXT, never copied"},
-        {"role": "assistant", "content": "", "tool_calls": [_call("place_order", {"store_id": "s1", "item": "noodles"})]},
+        {"role": "assistant", "content": "",
+         "tool_calls": [_call("place_order", {"store_id": "s1", "item": "noodles"})]},
     ]}]
     cfg = BuildConfig(sources=[Source.VITA], vita_checkout=str(VITA), vita_sets=["delivery"],
                       vita_calls=str(_results(tmp_path, sims)), out=str(tmp_path / "wb"), test_fraction=0.5)
     manifest = build(cfg)
     ts = [t for s in ("train", "test") for t in read_transitions(tmp_path / "wb" / "vita" / f"{s}.jsonl")]
     gold = sorted([t for t in ts if t.kind is CallKind.GOLD], key=lambda t: t.position)
-    assert [json.loads(t.response) for t in gold] == [{"items": ["noodles", "dumplings"]}, {"id": "o1", "item": "noodles"}]
+    assert [json.loads(t.response) for t in gold] == [{"items": ["noodles", "dumplings"]},
+                                                      {"id": "o1", "item": "noodles"}]
     assert gold[1].history[0] == {"role": "user", "content": "I want noodles"}
     assert gold[1].history[-1]["content"] == gold[0].response
     pert = [t for t in ts if t.kind is not CallKind.GOLD]
