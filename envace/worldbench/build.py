@@ -4,7 +4,8 @@ Layout: `<out>/<source>/train.jsonl`, `<out>/<source>/test.jsonl` (JSON Lines, k
 a rebuild with the same config and benchmark versions is byte-identical) and `<out>/manifest.json`
 with the config, the benchmark package versions, per-source counts (gold vs perturbed, error share, per
 perturbation kind) and the DVC md5 of each data file and of the data dirs (envace.tracking.dvc_hash,
-the hash DVC records; `dvc.yaml`'s worldbench stage tracks the dir). A source that fails to import or
+the hash DVC records; `dvc.yaml`'s worldbench stage tracks the dir, or `dvc_repo=<root>` runs `dvc add`
+on it through envace.data.versioning). A source that fails to import or
 run raises naming the source and the fix; nothing of that build is left under the final dir names
 (each source is written to a temporary dir and moved into place when all sources succeeded).
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 from envace.tracking.dvc_hash import content_hash
 from envace.worldbench.config import BuildConfig
-from envace.worldbench.records import CallKind, Source, Split, Transition, write_transitions
+from envace.worldbench.records import CallKind, Source, Split, Transition, read_transitions, write_transitions
 from envace.worldbench.script import TaskScript, record_task
 
 
@@ -112,7 +113,21 @@ def build(cfg: BuildConfig) -> dict[str, Any]:
         for tmp in staged.values():
             shutil.rmtree(tmp, ignore_errors=True)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    if cfg.dvc_repo is not None:
+        manifest["dvc"] = version_build(out, cfg.dvc_repo)
     return manifest
+
+
+def version_build(out: str | Path, repo: str | Path) -> dict[str, Any]:
+    """Read every transition file back (a bad record raises naming its file and line), then `dvc add` the
+    dir through envace.data.versioning (its CM2 / parquet validation does not apply to transitions)."""
+    from envace.data.versioning import add_dataset
+
+    n = sum(len(read_transitions(f)) for f in sorted(Path(out).glob("*/*.jsonl")))
+    if n == 0:
+        raise ValueError(f"{out}: holds no transitions to version; run the build first")
+    v = add_dataset(out, repo, validate=False)
+    return {"md5": v.md5, "dvc_file": str(v.dvc_file), "remote": v.remote, "transitions": n}
 
 
 def source_dirs(data: str | Path) -> dict[Source, Path]:

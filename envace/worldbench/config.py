@@ -33,6 +33,8 @@ class BuildConfig(BaseConfig):
     vita_language: str = Field("en", description="VitaBench task language: en | zh.")
     world_train: int = Field(60, ge=1, description="Built-in world train tasks.")
     world_test: int = Field(60, ge=1, description="Built-in world test tasks.")
+    dvc_repo: str | None = Field(None, description="Also `dvc add` (and push) the output dir in this DVC repository "
+                                 "root, after reading every file back (None: leave it to dvc.yaml's stage).")
 
     @model_validator(mode="after")
     def _vita(self) -> BuildConfig:
