@@ -143,3 +143,13 @@ def test_cli_errors_are_one_line(data):
     line = _cli_error("worldbench", "score", f"data={data / 'nope'}", cwd=data)
     assert "worldbench build" in line and "nope" in line
     assert "bogus" in _cli_error("worldbench", "score", "reference_rows=[bogus]", cwd=data)
+
+
+def test_prompt_keeps_the_last_messages_and_cuts_long_ones():
+    history = [{"role": "user", "content": f"message {i} " + "x" * 100} for i in range(6)]
+    t = _t(Split.TEST, "b", 0, "get", '{"item": "y", "n": 1}', history=history)
+    cfg = ScoreConfig(max_history_messages=2, max_message_chars=60, few_shot=False)
+    user = prompt_messages(t, cfg, TrainIndex(TRAIN))[1]["content"]
+    assert "message 4" in user and "message 5" in user and "message 3" not in user
+    assert "x" * 60 not in user and "…" in user
+    assert "message 0" not in prompt_messages(t, ScoreConfig(max_history_messages=0), TrainIndex(TRAIN))[1]["content"]
