@@ -22,7 +22,7 @@ from typing import Any
 from envace.worldbench.build import source_dirs
 from envace.worldbench.config import ScoreConfig
 from envace.worldbench.predict import PROMPT_TOO_LONG, CopyLast, TrainIndex, TypedEmpty, model_predictor, timed_predict
-from envace.worldbench.records import Source, Transition, read_transitions
+from envace.worldbench.records import Transition, read_transitions
 from envace.worldbench.score import MEANS, RATES, aggregate, score_transition
 
 
@@ -132,4 +132,4 @@ def _store(cfg: ScoreConfig, per_row: dict[str, list], result: dict[str, Any], o
     return {"url": url, "run_ids": run_ids}
 
 
-__all__ = ["Source", "load", "metrics", "score", "subset"]
+__all__ = ["load", "metrics", "score", "subset"]
