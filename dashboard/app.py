@@ -13,6 +13,7 @@ PAGES = [
     st.Page("views/curves.py", title="Learning curves", url_path="curves"),
     st.Page("views/sweeps.py", title="Sweeps", url_path="sweeps"),
     st.Page("views/benchmarks.py", title="Benchmarks", url_path="benchmarks"),
+    st.Page("views/worldbench.py", title="Worldbench", url_path="worldbench"),
 ]
 
 st.navigation(PAGES).run()

@@ -14,7 +14,7 @@ Layers, bottom to top. A module imports its own layer and the layers below, neve
   5. episodes: rollout
   6. consumers: benchmarks trainers
   7. evaluation: evaluation
-  8. drivers: sweeps cluster pipeline demo cli_errors dashboard_launch
+  8. drivers: sweeps cluster pipeline demo cli_errors dashboard_launch worldbench
   9. apps: flows dashboard
  10. entry point: cli
 """

@@ -51,7 +51,7 @@ def _command_name(argv: list[str]) -> str:
         if a.startswith("-") or "=" in a:
             break
         words.append(a)
-        if a not in ("model", "data", "sweep", "store"):
+        if a not in ("model", "data", "sweep", "store", "worldbench"):
             break
     return " ".join(words)
 
@@ -88,6 +88,15 @@ app.add_typer(model_app, name="model")
 app.add_typer(data_app, name="data")
 app.add_typer(sweep_app, name="sweep")
 app.add_typer(store_app, name="store")
+
+
+def _register_worldbench() -> None:
+    from envace.worldbench.commands import worldbench_app
+
+    app.add_typer(worldbench_app, name="worldbench")
+
+
+_register_worldbench()
 
 
 @app.callback()

@@ -21,7 +21,7 @@ def _dvc(args, cwd):
 
 
 def test_stage_graph_commands_and_remote(tmp_path):
-    for rel in ("dvc.yaml", "params.yaml", "configs/train/envace.yaml", ".dvc/config"):
+    for rel in ("dvc.yaml", "params.yaml", "configs/train/envace.yaml", "configs/worldbench/build.yaml", ".dvc/config"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, tmp_path / rel)
     conf = tmp_path / ".dvc" / "config"
@@ -33,7 +33,8 @@ def test_stage_graph_commands_and_remote(tmp_path):
         assert repo.config["core"]["remote"] == "local"
         assert repo.config["remote"]["local"]["url"].endswith(".dvc-storage")
         stages = {s.name: s for s in repo.index.stages}
-        assert set(stages) == {"data", "model", "sft", "rl", "evaluate"}
+        assert set(stages) == {"data", "model", "sft", "rl", "evaluate", "worldbench"}
+        worldbench = stages.pop("worldbench")  # its own command, outside the training pipeline
         edges = {(a.name, b.name) for a, b in repo.index.graph.edges}  # (stage, stage it depends on)
     assert edges == {("sft", "data"), ("sft", "model"), ("rl", "sft"), ("rl", "data"),
                      ("evaluate", "rl"), ("evaluate", "data")}
@@ -44,6 +45,9 @@ def test_stage_graph_commands_and_remote(tmp_path):
     assert params["rl"]["config"] in [str(d.def_path) for d in stages["rl"].deps]
     assert [str(o.def_path) for o in stages["rl"].outs] == ["runs/rl/final"]
     assert [str(o.def_path) for o in stages["evaluate"].metrics] == ["runs/eval/eval.json"]
+    assert worldbench.cmd == "python -m envace.cli worldbench build configs/worldbench/build.yaml"
+    assert [str(o.def_path) for o in worldbench.outs] == [yaml.safe_load(
+        (REPO / "configs/worldbench/build.yaml").read_text())["out"]]
 
     dag = _dvc(["dag"], tmp_path)
     assert dag.returncode == 0, dag.stderr

@@ -1,0 +1,1 @@
+"""Per-benchmark task scripts for the worldbench builder (see envace.worldbench.script)."""
