@@ -15,6 +15,7 @@ prefixes set aside). How each is exercised, by its program:
 - `scripts/*.sh`, `source FILE`: the file exists; `scripts/demo.sh ARGS` is checked as `envace demo ARGS`,
   `scripts/test.sh ARGS` by the paths it names.
 - Inline `envace ...` code spans in the prose: the subcommand exists and every option it names is one of it.
+- Every relative link and every repository path a page names (`bench/x.py`, `configs/...`) exists.
 
 Programs that cannot run on a CPU test machine (pip, git, vLLM, curl to a live server, ...) are listed in
 `NOT_RUN` with the reason; a command whose program is in neither list fails, so a new kind of command in
@@ -348,6 +349,30 @@ def test_inline_envace_span_names_real_options(cmd: DocCommand):
         assert opt in known, f"`envace {' '.join(path)}` has no option {opt}; it has {sorted(known)}"
 
 
+REPO_DIRS = ("envace", "bench", "configs", "tests", "scripts", "docs", "flows", "dashboard", "requirements", ".ci")
+
+
+def referenced_paths(path: Path) -> list[tuple[str, Path]]:
+    """(text, file it names) for every relative Markdown link and every repository path (`bench/x.py`,
+    `configs/...`, `docs/...`) the page mentions; a `module.py:function` suffix is dropped."""
+    text = path.read_text(encoding="utf-8")
+    out = []
+    for m in re.finditer(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if not re.match(r"[a-z]+:", m.group(1)):
+            out.append((m.group(1), path.parent / m.group(1)))
+    prefix = "|".join(re.escape(d) for d in REPO_DIRS)
+    for m in re.finditer(rf"(?<![\w/.~-])((?:{prefix})/[\w./-]+)", text):
+        name = m.group(1).rstrip(".,/").split(":")[0]
+        out.append((name, ROOT / name))
+    return out
+
+
+@pytest.mark.parametrize("page", DOC_FILES, ids=lambda p: p.name)
+def test_every_file_a_page_names_exists(page: Path):
+    missing = sorted({text for text, target in referenced_paths(page) if not target.exists()})
+    assert not missing, f"{page.relative_to(ROOT)} names files that do not exist: {missing}"
+
+
 def test_a_renamed_flag_is_caught():
     # the checker itself can fail: a flag that does not exist, a config field that does not exist, a
     # missing script
@@ -359,3 +384,10 @@ def test_a_renamed_flag_is_caught():
         exercise(DocCommand("x:1", ("./scripts/no_such_script.sh",)))
     with pytest.raises(AssertionError, match="classify"):
         exercise(DocCommand("x:1", ("unknown-program", "--flag")))
+
+
+def test_a_missing_file_is_caught(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("See [the runbook](gpu.md), `bench/no_such_bench.py` and `configs/train/envace.yaml`.\n")
+    missing = [text for text, target in referenced_paths(page) if not target.exists()]
+    assert missing == ["gpu.md", "bench/no_such_bench.py"]
