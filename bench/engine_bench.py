@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/engine_bench.py            # 64 x 40 from ~200 tokens
     OMP_NUM_THREADS=1 .venv/bin/python bench/engine_bench.py --rows 16 --repeats 3   # quick
 
-Work (issue 13): `--rows` prompts of ~`--prompt-tokens` tokens (lengths vary +-10 %), `--new` new tokens each,
+Work: `--rows` prompts of ~`--prompt-tokens` tokens (lengths vary +-10 %), `--new` new tokens each,
 T = 1, top_p = 1, one torch thread, on the project's tiny model built in a temp dir by
 `envace.models.tiny.init_tiny_model` (random weights; the speed does not depend on them). Every arm is
 forced to produce exactly `--new` tokens (end-of-sequence ids disabled) so all do the same work. Arms
@@ -14,7 +14,7 @@ share the cores; the roof is then measured with the same clock). Roof: the best 
 matmul rate measured in this run (N x N x N sgemm). Work: the FLOPs the generation needs (`model_flops`;
 the last layer's attention output, MLP and the output layer only where logits are read; transformers'
 forward, in HFEngine and model.generate, does more than this). "% of roof" = (work / roof) / time; in
-brackets the same with the full-forward count (`forward_flops`, the count issue 13's numbers use).
+brackets the same with the full-forward count (`forward_flops`, the count docs/performance.md's ~40 % uses).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def model_flops(cfg, prompt_lens: list[int], new: int) -> float:
 
 
 def forward_flops(cfg, prompt_lens: list[int], new: int) -> float:
-    """The issue's count: the full forward (every layer, every position) for each prompt token and each
+    """The full-forward count: the full forward (every layer, every position) for each prompt token and each
     decode step, the output layer only where logits are read."""
     h, kvh, hd, hid, inter, n_layers = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
                                         cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers)
@@ -156,7 +156,7 @@ def main() -> None:
     full = forward_flops(model.config, [len(p) for p in prompts], args.new)
     print(f"work: {len(prompts)} prompts of {min(map(len, prompts))}-{width} tokens, {args.new} new tokens each "
           f"({n_new} new tokens), {args.threads} thread(s), {args.repeats} interleaved repeats, "
-          f"needed work {flops / 1e9:.2f} GFLOP (full forward, the issue's count: {full / 1e9:.2f} GFLOP)")
+          f"needed work {flops / 1e9:.2f} GFLOP (full forward count: {full / 1e9:.2f} GFLOP)")
     for c in clocks:  # wall time is the claim; CPU time is the steadier measure on a shared machine
         roof = statistics.median(roofs[c])
         print(f"[{c} time] roof {roof:.1f} GFLOP/s float32 matmul (median of per-repeat bests) "

@@ -7,7 +7,7 @@ TRL is not a dependency of the project: it is imported from `--trl-target` (a `p
 directory; its own dependencies — accelerate, datasets, pandas, pyarrow — are already in the venv for
 other reasons). Without it the script prints how to install it and exits 0.
 
-Work per step, identical in both arms (issue 13): the project's tiny Qwen3 (built in a temp dir by
+Work per step, identical in both arms: the project's tiny Qwen3 (built in a temp dir by
 `init_tiny_model`, one copy per arm, each arm keeps training its own copy), 8 prompts x 8 completions,
 <= `--new` new tokens at T = 1 (top_p = 1, no top-k), stop at the end-of-turn token, a cheap reward on the
 completion text, GRPO advantages (group mean and std), token-mean PPO-clip (eps 0.2; TRL loss_type "dapo"

@@ -1,6 +1,6 @@
 """Trajectory-store benchmark: ingest rate, dashboard page latency, and the JSON-artifact scan it replaces.
 
-    python bench/store_bench.py --turns 1000000            # the issue's size (run on a quiet machine)
+    python bench/store_bench.py --turns 1000000            # a million turns, the goals' size (run on a quiet machine)
     python bench/store_bench.py --turns 200000 --queries 30
 
 1. Ingest: `--turns` stored turns (10 per trajectory: 8 generations + 2 user turns) into ONE run through
@@ -12,7 +12,7 @@
    separately: a substring search is a scan of turn text, not an index lookup.
 3. Baseline: the same questions answered the way a user who logged trajectories to MLflow as JSON
    artifacts would: one JSON file per step on disk, every file parsed, filtered and sorted in Python.
-The ratio printed is scan median / store p95. Goals (issue 4): page <= 50 ms, >= 100x faster than the
+The ratio printed is scan median / store p95. Goals: page <= 50 ms, >= 100x faster than the
 scan, ingest >= 20 k turns/s. CPU times are printed beside wall times: on a shared machine the wall
 times measure the neighbours as much as the store.
 """

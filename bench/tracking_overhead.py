@@ -25,7 +25,7 @@ Two estimates of the overhead:
   and flush, MLflow metrics, the sample artifact) plus the extra CPU time of the background threads (the
   store writer), per step, as a share of an OFF step. It does not depend on what the rest of the step
   costs, so it holds its value on a noisy machine.
-Setup (MLflow run creation, store schema) and close are reported apart, once per run. Goal (issue 4):
+Setup (MLflow run creation, store schema) and close are reported apart, once per run. Goal:
 overhead <= 3 %.
 """
 

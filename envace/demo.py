@@ -217,5 +217,5 @@ def _print_deltas(summary: dict[str, Any], cfg: DemoConfig) -> None:
         print(f"  {name:9} " + "; ".join(parts))
     print("  The demo's budgets are too small to move these beyond noise: its SFT still guesses calendar days\n"
           "  (bench/headroom.py) and its RL takes a few small steps. A budget that moves them (SFT 2800 steps on\n"
-          "  6000 tasks, then 40 steps of 384 trajectories) and its numbers: README 'What the embedded default\n"
-          "  learns' (bench/learning_signal.py, configs/train/envace_signal.yaml).")
+          "  6000 tasks, then 40 steps of 384 trajectories) and its numbers: docs/results.md, 'Learning signal'\n"
+          "  (bench/learning_signal.py, configs/train/envace_signal.yaml).")

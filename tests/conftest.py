@@ -1,12 +1,60 @@
 """Shared fixtures: a small chat-shaped corpus, its tokenizer and one tiny model dir per session (used by the model
-and engine tests)."""
+and engine tests); how tests are grouped when the suite runs in parallel (pytest-xdist); the markers of a
+skipped test recorded in its report, for the skip check of .ci/run."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
+
+TESTS = Path(__file__).resolve().parent
+
+# Tests that share a process-wide resource run in one xdist worker (`--dist loadgroup`), one after another:
+# - "prefect-ray": Prefect's test harness is one temporary API server per process (started once per worker
+#   that needs it, ~30 s), and a Ray head started with `ray start` is one a later `ray.init()` in another
+#   process may join; the flow tests start both, the verl trainer tests start local Ray.
+# - "postgres": one real PostgreSQL server per session (initdb and start once, not once per worker).
+# - "browser": Chromium driving a Streamlit server; two at once on 2 cores time out instead of testing.
+_GROUP_FIXTURES = {"prefect_harness": "prefect-ray", "ray_head": "prefect-ray", "transfer_queue": "prefect-ray",
+                   "pg_server": "postgres"}
+_GROUP_DIRS = {TESTS / "flows": "prefect-ray"}
+_GROUP_FILES = {TESTS / "dashboard" / name: "browser" for name in ("test_browser.py", "test_tts_browser.py")}
+
+
+def serial_group(item: pytest.Item) -> str | None:
+    path = Path(str(item.path))
+    if item.get_closest_marker("postgres") is not None:  # the [postgres] half of store_url's parameters
+        return "postgres"
+    for fixture, group in _GROUP_FIXTURES.items():
+        if fixture in item.fixturenames:
+            return group
+    if path in _GROUP_FILES:
+        return _GROUP_FILES[path]
+    for directory, group in _GROUP_DIRS.items():
+        if directory in path.parents:
+            return group
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = serial_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.skipped:  # .ci/run allows some skips by marker (a GPU test on a CPU machine): say which it has
+        # (on the item: its teardown report, the one JUnit XML takes properties from, copies them)
+        item.user_properties.append(("markers", ",".join(sorted({m.name for m in item.iter_markers()}))))
+    return report
 
 ITEMS = ["apple", "pear", "plum", "lime", "rice", "salt", "soap", "tape", "rope", "nail"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # annotations only: the contract's home moves (issue 17), the runtime needs neither
+if TYPE_CHECKING:  # annotations only: the runtime needs neither
     from envace.engines.reply import AssistantReply, BenchPolicy
 
 MAX_MESSAGE = 2000  # characters of an exception message kept in a record (tracebacks can be huge)

@@ -1,4 +1,4 @@
-"""Where the RL headroom is: an anatomy of K sampled episodes per task (issue 12).
+"""Where the RL headroom is: an anatomy of K sampled episodes per task.
 
 GRPO learns only from groups whose K outcomes differ, and only what the policy can already half-do.
 For K episodes per task this reports

@@ -1,4 +1,4 @@
-"""Passwords are never shown (issue 16, item 2): `envace dashboard` prints its store and MLflow URLs masked
+"""Passwords are never shown: `envace dashboard` prints its store and MLflow URLs masked
 and keeps a URL with a password off the server's command line (visible in `ps`), passing it in the
 environment only; the Runs page's "Resolved config" panel and the config diff mask a password even in a
 run stored before masking existed."""

@@ -1,5 +1,5 @@
 """An endpoint's API key comes from the environment variable the config names, never from the config itself,
-and a credential in the endpoint URL is never printed in errors (issue 16, item 2). Against a small real
+and a credential in the endpoint URL is never printed in errors. Against a small real
 FastAPI app on 127.0.0.1 that checks the Authorization header."""
 
 from __future__ import annotations

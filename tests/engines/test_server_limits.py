@@ -1,4 +1,4 @@
-"""`envace serve` limits (issue 16, items 4 and 11): context length (default: the model's own
+"""`envace serve` limits: context length (default: the model's own
 max_position_embeddings), a max_tokens ceiling, a request-size limit, 64-bit seeds, cancellation when the
 client disconnects and prompt shutdown with a generation in flight. The real server (uvicorn on
 127.0.0.1) serves a real tiny model; a forward pre-hook counts the model's forward passes (one per

@@ -1,4 +1,4 @@
-"""Benchmark trajectories in the store and the dashboard (issue 15, item 4), through the real `envace eval`
+"""Benchmark trajectories in the store and the dashboard, through the real `envace eval`
 command on two benchmarks (BFCL from its installed package, FinMCP from the fixture data file) with the
 random tiny model: the store holds one trajectory per task × attempt, with the messages, score and error
 of the per-task record eval.json holds; running the same command again reuses the same store runs and

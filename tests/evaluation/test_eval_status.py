@@ -1,4 +1,4 @@
-"""An evaluation's store run ends killed on SIGTERM (issue 16, item 7): the SIGTERM raises while the eval
+"""An evaluation's store run ends killed on SIGTERM: the SIGTERM raises while the eval
 run is open, the writer commits what was evaluated, and the run is not left `running`."""
 
 from __future__ import annotations

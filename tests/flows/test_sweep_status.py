@@ -1,4 +1,4 @@
-"""A sweep with failed cells is a failed command (issue 16, item 7): `envace sweep run` exits non-zero and
+"""A sweep with failed cells is a failed command: `envace sweep run` exits non-zero and
 the MLflow parent run ends FAILED (with the reason as a tag); a sweep whose cells all succeed stays FINISHED
 (tests/flows/test_sweep_flow.py)."""
 

@@ -1,4 +1,4 @@
-"""Issue 16 item 1 on whole rollouts of the built-in world: a tool call or a Rehearse result holding a
+"""Model output is untrusted, on whole rollouts of the built-in world: a tool call or a Rehearse result holding a
 lone surrogate used to parse as valid and then crash the tokenizer while the next prompt was built
 (TypeError from the tokenizer), in rehearse and env modes alike. Now the escaped form is a classified
 parse error and raw lone code points (a chat engine can return them) become U+FFFD before any prompt,

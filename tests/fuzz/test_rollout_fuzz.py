@@ -1,5 +1,5 @@
-"""Whole rollouts of the built-in world driven by hostile model output (issue 16, "model output is
-untrusted everywhere"): every Act and Rehearse generation is a fresh hypothesis draw mixing lone
+"""Whole rollouts of the built-in world driven by hostile model output (model output is untrusted
+everywhere): every Act and Rehearse generation is a fresh hypothesis draw mixing lone
 surrogates (raw and escaped), repeated openers, giant and non-finite numbers, deep nesting, huge
 strings and end markers with near-valid tool calls and results (so the episodes get past the first
 parse and reach Rehearse, the environment, the next prompt and the store rows).
@@ -38,7 +38,7 @@ SIGNATURES = {d: sorted({(t["function"]["name"], tuple((k, v["type"]) for k, v i
 ALL_SIGNATURES = sorted({sig for sigs in SIGNATURES.values() for sig in sigs})
 CFG = RolloutConfig(act=SamplingConfig(max_new_tokens=256), rehearse=SamplingConfig(max_new_tokens=256),
                     max_assistant_turns=3, max_calls_per_turn=3, max_context_tokens=12_000)
-MIN_FED = 2_000  # hostile outputs per role, issue 16
+MIN_FED = 2_000  # hostile outputs per role
 REHEARSE_EXAMPLES, ENV_EXAMPLES = 300, 220  # rollouts per test, each 3 tasks of one domain x 2 episodes
 
 # ----- strategies ------------------------------------------------------------------------------------

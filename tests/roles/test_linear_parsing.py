@@ -1,4 +1,4 @@
-"""Parsing cost grows linearly on adversarial model output (issue 16 item 3).
+"""Parsing cost grows linearly on adversarial model output.
 
 No test here asserts seconds: each compares the parser's cost on an input with its cost on the same
 input four times as long, measured back to back in the same process (best of several runs, a few

@@ -1,4 +1,4 @@
-"""One parser per format (issue 17 item 1): the rollout's observation, the fidelity verdict and the
+"""One parser per format: the rollout's observation, the fidelity verdict and the
 store's `observation` / `rehearsed` columns all come from `parse_execution_result`, so they cannot
 contradict each other. Before, fidelity read Rehearse text leniently (first block anywhere, or bare
 JSON) and marked prose-wrapped, bare and scalar outputs `json_valid` while the rollout rejected them."""

@@ -1,5 +1,5 @@
 """The shared sanitising step (envace.untrusted) and what the parsers do with it: lone surrogates never
-reach a tokenizer (issue 16 item 1), strict JSON only (`1e400` is not infinity, item 11), and the linear
+reach a tokenizer, strict JSON only (`1e400` is not infinity), and the linear
 tag scanners agree with the regular expressions they replace on seeded random inputs."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_clean_observation_cleans_keys_values_and_detail():
     assert clean_observation(fine) is fine
 
 
-# ----- issue 16 item 1: a lone surrogate is classified, never handed to the tokenizer --------------
+# ----- a lone surrogate is classified, never handed to the tokenizer ---------------------------------
 
 
 def test_tool_call_with_a_lone_surrogate_escape_is_classified(tokenizer):
@@ -132,7 +132,7 @@ def test_execution_result_raw_surrogate_is_replaced():
     assert obs.ok and obs.content == {"item": "a\ufffd"}
 
 
-# ----- issue 16 item 11 (parsing): strict JSON only ------------------------------------------------
+# ----- parsing: strict JSON only -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("number", ["1e400", "-1e400", "1E999", "123456789e301"])

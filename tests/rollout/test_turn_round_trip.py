@@ -1,4 +1,4 @@
-"""One record of a generation (issue 17): a Rehearse output written to the trajectory store (the real
+"""One record of a generation: a Rehearse output written to the trajectory store (the real
 `TrajectoryWriter` on SQLite) and read back gives the same observation, the same fidelity verdict, the same
 Act-call link and the same advantage as the rollout's `Turn` in memory, and the dashboard's timeline puts
 it in the row of the call that link names.

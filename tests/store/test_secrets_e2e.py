@@ -1,4 +1,4 @@
-"""A database password never leaves the process (issue 16, item 2): a real training run whose trajectory
+"""A database password never leaves the process: a real training run whose trajectory
 store is a PostgreSQL URL with a password writes its trajectories there (so it connected with the real URL),
 and `grep -rF <password>` (a plain one, and one with a slash, a space and a quote) over the run directory,
 the MLflow store (database + artifacts) and a `pg_dump` of the trajectory store finds nothing, while the

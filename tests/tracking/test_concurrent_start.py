@@ -1,4 +1,4 @@
-"""Runs started together on a new directory (issue 16, item 6): every process creates its run in the one
+"""Runs started together on a new directory: every process creates its run in the one
 default MLflow database; none dies while MLflow creates the schema."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checkpoints in MLflow (issue 15, item 5), against real SQLite MLflow stores: `envace train` lists every
+"""Checkpoints in MLflow, against real SQLite MLflow stores: `envace train` lists every
 saved checkpoint in its run (uploaded as artifacts under the size threshold, with its content hash) and
 registers the final one; a checkpoint over the threshold is linked by path, not copied; `envace eval` of a
 checkpoint tags its run with the training run and the checkpoint's hash, step and path."""

@@ -1,6 +1,10 @@
-"""How an MLflow run ends (issue 16, item 7): FINISHED, FAILED with the (masked) error as a tag, FAILED by
-`mark_failed`, KILLED on Ctrl-C and on a real SIGTERM delivered to this process, with the default SIGTERM
-disposition restored afterwards."""
+"""How an MLflow run ends: FINISHED, FAILED with the (masked) error as a tag, FAILED by `mark_failed`, KILLED on
+Ctrl-C and on a real SIGTERM delivered to this process, with the default SIGTERM disposition restored afterwards.
+
+The SIGTERM tests need the default disposition while they run (`sigterm_raises` leaves a foreign handler alone).
+A handler already installed in the test process (a test runner's, or one a library imported by an earlier
+test leaves behind) is set aside for the test and put back after it, so these tests run in every order and
+every runner instead of skipping."""
 
 from __future__ import annotations
 
@@ -15,6 +19,13 @@ from mlflow.tracking import MlflowClient
 from envace.tracking import lifecycle
 from envace.tracking.lifecycle import RunOutcome, Terminated, outcome_of, sigterm_raises
 from envace.tracking.mlflow_run import start_run
+
+
+@pytest.fixture
+def default_sigterm():
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _run(tmp_path, run_id):
@@ -44,9 +55,7 @@ def test_mark_failed_ends_failed_on_a_normal_exit(tmp_path):
     assert (r.info.status, r.data.tags["envace.failure"]) == ("FAILED", "2 of 3 cells failed")
 
 
-def test_a_real_sigterm_ends_the_run_killed(tmp_path):
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        pytest.skip("the test runner has its own SIGTERM handler")
+def test_a_real_sigterm_ends_the_run_killed(tmp_path, default_sigterm):
     with pytest.raises(Terminated):
         with start_run(tmp_path, "e", "r") as run:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -66,9 +75,7 @@ class _RaisesTheSignalWhileCollected:
         len([])  # a call: the pending handler runs here, inside the finaliser
 
 
-def test_a_sigterm_landing_in_a_finaliser_is_not_lost(tmp_path):
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        pytest.skip("the test runner has its own SIGTERM handler")
+def test_a_sigterm_landing_in_a_finaliser_is_not_lost(tmp_path, default_sigterm):
     reached_the_end = False
     with pytest.raises(Terminated) as raised:
         with sigterm_raises():
@@ -82,9 +89,7 @@ def test_a_sigterm_landing_in_a_finaliser_is_not_lost(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
-def test_a_block_that_ends_before_the_retry_lands_raises_as_it_exits(monkeypatch):
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        pytest.skip("the test runner has its own SIGTERM handler")
+def test_a_block_that_ends_before_the_retry_lands_raises_as_it_exits(monkeypatch, default_sigterm):
     monkeypatch.setattr(lifecycle, "_RETRY_AFTER_S", 600.0)
     with pytest.raises(Terminated):
         with sigterm_raises():

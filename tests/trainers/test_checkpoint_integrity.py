@@ -1,4 +1,4 @@
-"""Damaged checkpoints (issue 16, item 5): resume falls back to the newest intact checkpoint, says which one
+"""Damaged checkpoints: resume falls back to the newest intact checkpoint, says which one
 it skipped and why, and names the file when none is intact. Checkpoint writes stay atomic."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The loop can climb a reward at all (issue 12, Must show): with the toy reward "the first tool call
+"""The loop can climb a reward at all: with the toy reward "the first tool call
 names tool X" (X: the name a briefly SFT'd tiny model writes most often, i.e. a reward it earns
 sometimes), training reward rises far above its start within 16 steps, in rehearse and env modes; with
 the advantage sign flipped (`flip_advantage_sign`), the reward of the climbed model falls back (the same

@@ -1,4 +1,4 @@
-"""Faithful defaults (issue 12, item 5): the Rehearse prompt carries the history h_t by default (the
+"""Faithful defaults: the Rehearse prompt carries the history h_t by default (the
 `history` style: same-tool few-shot, the transcript, the call), `compact` stays an ablation; SFT
 writes the same prompts as the RL rollout; a malformed Act call is handled by one rule in every arm."""
 

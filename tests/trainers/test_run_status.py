@@ -1,4 +1,4 @@
-"""How runs end (issue 16, item 7): FINISHED / FAILED / KILLED in both MLflow and the trajectory store, on
+"""How runs end: FINISHED / FAILED / KILLED in both MLflow and the trajectory store, on
 success, on an exception, on Ctrl-C, on SIGTERM during training, after a SIGKILL before the first checkpoint
 (closed by the next start in the directory), and when the store's database refuses the connection."""
 

@@ -1,4 +1,4 @@
-"""Training rows are views over their turns (issue 17): the advantage the loss uses is the one on the turn,
+"""Training rows are views over their turns: the advantage the loss uses is the one on the turn,
 whatever order the rows are in, and turns that are not trained on keep no advantage."""
 
 from __future__ import annotations
