@@ -197,12 +197,16 @@ def _check_config(path: tuple[str, ...], params: dict) -> None:
 
         load_config(TrainConfig, *_split_config_args(params.get("args") or []))
     elif path == ("eval",):
-        from envace.evaluation.config import EvalConfig
+        from envace.evaluation.config import EvalConfig, GoldConfig
 
         overrides, model = list(params.get("overrides") or []), params.get("checkpoint")
         if model is not None and "=" in model:
             overrides, model = [model, *overrides], None
-        load_config(EvalConfig, None, overrides, **({"model": model} if model else {}))
+        if params.get("gold"):  # the oracle replay takes no model; it loads its own config
+            assert model is None, f"`envace eval --gold` takes no model, the docs pass {model!r}"
+            load_config(GoldConfig, None, overrides)
+        else:
+            load_config(EvalConfig, None, overrides, **({"model": model} if model else {}))
     elif path == ("demo",):
         from envace.demo import DemoConfig
 
