@@ -157,8 +157,6 @@ class TrainConfig(BaseConfig):
         if self.judge is not None and self.reward != "checklist_llm":
             raise ConfigError(f"judge is set but reward={self.reward!r} never asks it; set reward=checklist_llm "
                               "or judge=null")
-        if self.rollout.invalid_call is None:  # one rule for every arm (the reference's differs by mode)
-            self.rollout.invalid_call = "observe"
         if self.shadow_monitor and (self.data.source != "world" or self.rollout.mode == "env"):
             raise ConfigError(f"shadow_monitor=true replays calls in the built-in world, but data.source="
                               f"{self.data.source!r}, rollout.mode={self.rollout.mode!r}; it needs data.source=world "

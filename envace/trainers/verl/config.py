@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from envace.config import BaseConfig, ConfigError
+from envace.config import BaseConfig, ConfigError, EpisodeRules
 
 LOOP_SECTION = "envace"  # top-level key of the Hydra config holding LoopSettings
 class EndpointConfig(BaseConfig):
@@ -33,8 +33,9 @@ class RoleSampling(BaseConfig):
     max_tokens: int | None = Field(None, ge=1, description="Most tokens a call writes; None = rollout.response_length.")
 
 
-class LoopSettings(BaseConfig):
-    """The `envace:` section of the verl config: rollout mode, role sampling, limits, reward, endpoints."""
+class LoopSettings(EpisodeRules):
+    """The `envace:` section of the verl config: rollout mode, role sampling, limits, reward, endpoints, and
+    the episode rules (`envace.invalid_call`, ...: the embedded rollout's own switches, envace.config)."""
 
     mode: Literal["rehearse", "env", "simulator"] = Field(
         "rehearse", description="Observation source: rehearse (EnvACE), env (real tool world), simulator (act-only).")

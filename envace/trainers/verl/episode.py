@@ -44,7 +44,7 @@ class EpisodeResult:
 def rollout_config(settings: LoopSettings, sampling_params: dict[str, Any], *, response_length: int,
                    prompt_length: int, max_model_len: int | None = None) -> RolloutConfig:
     """envace's RolloutConfig for one session: role sampling = verl's per-call parameters overridden by
-    the roles' own settings; limits from the rollout lengths."""
+    the roles' own settings; limits from the rollout lengths; the episode rules copied from the settings."""
     base_t = float(sampling_params.get("temperature", 1.0))
     base_p = float(sampling_params.get("top_p", 1.0))
     if base_p <= 0 or base_p > 1:
@@ -61,7 +61,8 @@ def rollout_config(settings: LoopSettings, sampling_params: dict[str, Any], *, r
     return RolloutConfig(mode=settings.mode, act=role(settings.act), rehearse=role(settings.rehearse),
                          max_assistant_turns=settings.max_assistant_turns,
                          max_calls_per_turn=settings.max_calls_per_turn, max_context_tokens=max(32, limit),
-                         few_shot=settings.few_shot, rehearse_style=settings.rehearse_style)
+                         few_shot=settings.few_shot, rehearse_style=settings.rehearse_style,
+                         **settings.rule_values())  # the episode rules: the embedded trainer's switches
 
 
 _JUDGES: dict[str, LLMJudge] = {}
