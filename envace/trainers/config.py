@@ -28,7 +28,13 @@ class AlgoConfig(BaseConfig):
     clip_high: float = Field(0.2, gt=0, description="PPO clip epsilon (high).")
     dual_clip_c: float = Field(3.0, gt=1, description="Dual-clip constant c (> 1).")
     agg: str = Field("token-mean",
-                     description="Loss aggregation, a name in envace.algos.AGGREGATIONS (token-mean, ...).")
+                     description="Loss aggregation, verl's names with verl's meaning (envace.algos.AGGREGATIONS): "
+                                 "token-mean (every loss token of the mini-batch alike; EnvACE's setting), "
+                                 "seq-mean-token-mean (per-row mean, then mean over rows: what the reference's "
+                                 "micro-batch of 1 amounts to), seq-mean-token-sum. Unscored rows count nowhere.")
+    empty_output_penalty: float = Field(0.0, ge=0, description="Subtracted from the reward of a row whose generated "
+                                                               "text is empty, before the advantage (reference: 0.1, "
+                                                               "on there; 0 = off).")
     use_kl: bool = Field(False, description="KL to the frozen reference (paper: on at 1e-4; reference script: off).")
     kl_coef: float = Field(1e-4, ge=0, description="KL coefficient.")
     kl_kind: str = Field("low_var_kl",

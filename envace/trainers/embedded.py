@@ -204,7 +204,7 @@ def _train(cfg: TrainConfig) -> TrainResult:
             t_roll = time.perf_counter() - t0
             trajs = batch.kept
             shadow = _shadow_metrics(batch.generated, scorer) if cfg.shadow_enabled else {}
-            rows = build_rows(trajs)
+            rows = build_rows(trajs, cfg.algo.empty_output_penalty)
             assign_advantages(rows, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std)
             if cfg.flip_advantage_sign:
                 flip_advantages(rows)

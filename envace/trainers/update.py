@@ -13,9 +13,11 @@ engine's own (equal to the recomputation up to float error, so the ratio of the 
 first epoch is 1 and later ones move as the policy does). Token-mean aggregation is global over the whole
 mini-batch, not per micro-batch: each micro-batch's mean is rescaled by its share of the mini-batch's
 tokens (rows for the seq-mean modes), so the result depends neither on the micro-batch size nor on the
-packing. Per-role metrics are the loss function's own (approx KL, ratio mean, clip and dual-clip
-fractions), token-weighted over all optimizer steps, plus entropy, reference KL, and the gradient noise
-scale (`envace.trainers.noise_scale`, first epoch: the on-policy gradient; the step then runs a random half
+packing. Rows without a score (NaN reward: a judge error) are left out before packing, so neither their
+tokens nor their rows count in any aggregation's denominator (KL and entropy terms included). Per-role
+metrics are the loss function's own (approx KL, ratio mean, clip and dual-clip fractions), token-weighted
+over all optimizer steps, plus entropy, reference KL, and the gradient noise scale
+(`envace.trainers.noise_scale`, first epoch: the on-policy gradient; the step then runs a random half
 of its prompts' micro-batches before the other half).
 """
 
@@ -218,8 +220,9 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
                   full_logits: bool = False) -> UpdateResult:
     """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps on `rows` (a forward takes at most
     `micro_batch` sequences and `max_tokens` padded tokens). `seed` orders the mini-batches; `full_logits`
-    forces the reference full-vocabulary head."""
+    forces the reference full-vocabulary head. Rows whose reward is NaN (unscored) are not trained on."""
     model.train()
+    rows = [r for r in rows if r.reward == r.reward]  # unscored (NaN): out of every denominator
     mode = PackMode(algo.pack)
     if mode is PackMode.TREE and tree_mask_kind(model) is None:
         mode = PackMode.CHAIN  # the attention implementation takes no explicit mask

@@ -64,6 +64,8 @@ class LoopSettings(EpisodeRules):
     ppo_mini_batches: int = Field(1, ge=1, description="With single_update: the step's rows split into this many "
                                                        "equal mini-batches (set from the launch config's "
                                                        "ppo_mini_batches).")
+    empty_output_penalty: float = Field(0.0, ge=0, description="Subtracted from the reward of a row with empty text "
+                                                               "(reference: 0.1; embedded: algo.empty_output_penalty).")
     seed: int = Field(0, description="Sampling seeds derive from (seed, step, prompt index, sample, role, call).")
     threads: int = Field(256, ge=1, description="Episode threads per agent-loop worker (mostly waiting on the server).")
 
