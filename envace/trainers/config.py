@@ -81,6 +81,9 @@ class OptimConfig(BaseConfig):
     lr: float = Field(1e-4, gt=0, description="AdamW learning rate (paper: 1e-6 for Qwen3-8B).")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
+    grad_clip_per_role: bool = Field(False, description="Shared policy: clip each role's gradient to grad_clip on its "
+                                                        "own, then add them (the per-role arm's clipping budget; "
+                                                        "the one AdamW stays shared); off = one clip over both.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     warmup_steps: int = Field(0, ge=0, description="RL steps of linear learning-rate warm-up from lr/warmup_steps "
                                                    "to lr (0 = constant lr); a function of the step, "

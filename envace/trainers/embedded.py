@@ -96,7 +96,8 @@ def update_models(policy: _Policy, rows, cfg: TrainConfig, step: int = 0) -> dic
                                           pad_id=policy.tokenizer.pad_token_id, micro_batch=cfg.micro_batch,
                                           grad_clip=cfg.optim.grad_clip, ref_model=policy.refs.get(name),
                                           seed=derive_seed(cfg.seed, step, name, "mini_batches"),
-                                          max_tokens=cfg.micro_batch_tokens)
+                                          max_tokens=cfg.micro_batch_tokens,
+                                          clip_per_role=cfg.optim.grad_clip_per_role and name == "policy")
     return updates
 
 
