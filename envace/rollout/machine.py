@@ -326,7 +326,7 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
                 shadow_env_factory: Callable[[], Environment] | None = None,
                 rehearse_style: str | None = None, enable_thinking: bool = True,
                 prefixes: Sequence[list[Message]] | None = None,
-                on_user_turn: UserTurnHook | None = None) -> list[Trajectory]:
+                on_user_turn: UserTurnHook | None = None, first_sample: int = 0) -> list[Trajectory]:
     """Roll out K episodes per task; returns trajectories ordered by (task position, sample index).
 
     `mode` wins over `cfg.mode` (callers such as test-time rehearsal run one config in several modes).
@@ -336,6 +336,8 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
     the per-role-policy ablation. `rehearse_style` defaults to `cfg.rehearse_style`.
     `prefixes[p]` (optional) is the conversation task p's episodes start from (ending with a user
     message); `on_user_turn(states)` sees the episodes that just received a replayed user message.
+    `first_sample`: the episodes are samples first_sample .. first_sample + k - 1 of each task (their seeds
+    and sample indices), so one sample of a larger group can be rerun alone with its own seeds.
     """
     if isinstance(policy, Mapping):
         missing = {Role.ACT, Role.REHEARSE} - set(policy)
@@ -366,7 +368,7 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
                seed=seed, turn_gate=turn_gate, rehearse_style=rehearse_style, enable_thinking=enable_thinking)
     states = [_start(task, p, s, mode, env_factory, shadow_env_factory,
                      list(prefixes[p]) if prefixes is not None else None)
-              for p, task in enumerate(tasks) for s in range(k)]
+              for p, task in enumerate(tasks) for s in range(first_sample, first_sample + k)]
     while True:
         advanced = []
         for st in states:
