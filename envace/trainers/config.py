@@ -196,6 +196,10 @@ class SFTConfig(BaseConfig):
     warmup_steps: int = Field(30, ge=0, description="Linear warm-up steps.")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
     few_shot: bool = Field(True, description="Rehearse samples include the task's reference (call, response) pairs.")
+    error_demos: float = Field(0.0, ge=0, le=1, description="Share of gold calls that also get a wrong twin (an "
+                                                            "unknown id, an infeasible amount) answered by the "
+                                                            "real tool world, so Rehearse sees the world say no "
+                                                            "(tool-world tasks only; 0 = gold responses only).")
     rehearse_style: Literal["history", "compact", "full"] = Field(
         "history", description="Rehearse prompt style; match the RL run's rollout.rehearse_style.")
     max_len: int = Field(1024, ge=32, description="Drop samples longer than this (tokens).")
