@@ -57,3 +57,17 @@ def test_per_tool_precision_and_recall_hand_worked():
     assert m["fidelity/all/error_recall"] == pytest.approx(0.5)
     assert turn_error_verdict(Turn(role=Role.REHEARSE, prompt_ids=[], response_ids=[], logprobs=[], text="",
                                    temperature=1.0)) is None
+
+
+def test_the_shadow_monitor_logs_error_recall_per_step():
+    from envace.trainers.shadow import ShadowResult, shadow_metrics
+    from envace.types import Mode, Task, Trajectory
+
+    said_no = render_execution_result({"error_tool_call": {"code": "X", "message": "m"}})
+    traj = Trajectory(task=Task(uuid="t", tools=[], messages=[]), prompt_index=0, sample_index=0, mode=Mode.REHEARSE)
+    for t in (_turn("get", said_no, ERR, ErrorCode.TOOL_ERROR), _turn("get", render_execution_result(OK), ERR),
+              _turn("get", said_no, OK)):
+        traj.add_turn(t)
+    m = shadow_metrics([traj], [ShadowResult(rehearsed=1.0, real=0.0, calls=3, exact=[0.0, 0.0, 0.0])])
+    assert (m["shadow/error_recall"], m["shadow/error_precision"]) == (0.5, 0.5)
+    assert (m["shadow/errors_real"], m["shadow/errors_rehearsed"]) == (2.0, 2.0)
