@@ -70,12 +70,16 @@ class OracleRehearser:
         self.eos_id = tokenizer.convert_tokens_to_ids(_TURN_CLOSE)
 
     def _task(self, history: str) -> Task:
-        found = {t.uuid: t for t in self.tasks if t.user_turns and
-                 (history == f"User: {t.user_turns[0]}" or history.startswith(f"User: {t.user_turns[0]}\n"))}
-        if len(found) != 1:
-            raise ValueError(f"oracle Rehearse engine: {len(found)} of its {len(self.tasks)} tasks open with this "
-                             "transcript's first user message; pass the rolled-out tasks, each with its own opening")
-        return next(iter(found.values()))
+        """The task whose user turns open the transcript's user lines (ties: the same initial world state)."""
+        users = [line[len("User: "):] for line in history.split("\n") if line.startswith("User: ")]
+        found = [t for t in self.tasks if t.user_turns and users and t.user_turns[0].startswith(users[0])
+                 and all(any(said.startswith(u) for said in t.user_turns) for u in users)]
+        states = {json.dumps(t.initial_state, sort_keys=True, default=str) for t in found}
+        if not found or len(states) > 1:
+            raise ValueError(f"oracle Rehearse engine: {len(found)} of its {len(self.tasks)} tasks, with "
+                             f"{len(states)} different initial states, open with this transcript's user message; "
+                             "pass the rolled-out tasks, each with its own opening")
+        return found[0]
 
     def _earlier(self, history: str) -> list[ToolCall]:
         best = ""

@@ -34,7 +34,7 @@ def sft_dir(tiny_model_dir, tmp_path_factory):
 def _cfg(model, out, mode):
     return TrainConfig.model_validate(dict(
         model=str(model), out_dir=str(out), policy="per_role", steps=2, prompts_per_step=3, k=2, save_every=2,
-        threads=1, progress=False, shadow_monitor=False, tracking={"enabled": False}, data={"n_tasks": 30},
+        threads=1, progress=False, shadow_monitor=False, tracking={"enabled": False}, data={"n_tasks": 30, "seed": 2},
         rollout={"mode": mode, "rehearse_style": "full", "max_assistant_turns": 3, "max_context_tokens": 2048,
                  "act": {"max_new_tokens": 40}, "rehearse": {"max_new_tokens": 64}}))
 
