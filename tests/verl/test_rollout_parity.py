@@ -117,6 +117,7 @@ def _act_advantages(outputs_by_task):
 @pytest.mark.parametrize("rules", [{}, {"error_observation": "end"}], ids=["defaults", "error_observation=end"])
 def test_oracle_rehearsal_equals_the_real_environment_on_verl(run_session, verl_api, verl_config_factory, rl_dataset,
                                                               tokenizer, world_tasks, rules):
+    signal = False
     for kind in PLANS:
         groups = {}
         for mode in (Mode.REHEARSE, Mode.ENV):
@@ -130,4 +131,5 @@ def test_oracle_rehearsal_equals_the_real_environment_on_verl(run_session, verl_
         assert act[Mode.REHEARSE] == act[Mode.ENV], kind
         advantages = {m: _act_advantages(g) for m, g in groups.items()}
         assert advantages[Mode.REHEARSE] == advantages[Mode.ENV], kind
-        assert kind == "malformed" or any(a != 0 for a in advantages[Mode.ENV])  # rewards differ in the group
+        signal = signal or any(a != 0 for a in advantages[Mode.ENV])
+    assert signal  # some group's rewards differ: the advantages compared are not all 0
