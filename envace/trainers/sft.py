@@ -181,7 +181,7 @@ def error_rehearse_samples(task: Task, tokenizer, *, share: float, seed: int, fe
                 n_errors += is_error_value(value)
                 chat = rehearse_messages(task, msgs[:i], act_text, twin, few_shot=few_shot, style=style)
                 out.append(Sample.of(Role.REHEARSE, rehearse_prompt_ids(tokenizer, chat),
-                                     tokenizer.encode(render_execution_result(value) + END, add_special_tokens=False)))
+                                     encode_target(tokenizer, render_execution_result(value) + END)))
         done += list(m.tool_calls)
     return out, n_errors
 
