@@ -1,7 +1,7 @@
 """The oracle-rehearsal invariant end to end in the embedded trainer: a rehearse-mode run whose Rehearse
 seat is the oracle engine (envace.rollout.oracle: the real world's answers) and an env-mode run, same
 seeds, same start model (briefly SFT'd so it makes calls), per-role policy (the Act model learns from Act
-rows only): every step has the same Act rows, Act tokens written, rewards, Act advantages and endings.
+rows only): every step has the same Act row and token counts, rewards, Act advantages and endings.
 The rollout-level version, with the rules that must break it, is tests/rollout/test_oracle_invariant.py."""
 
 from __future__ import annotations
