@@ -235,7 +235,40 @@ class SamplingConfig(BaseConfig):
     max_new_tokens: int = Field(64, ge=1, description="Most tokens one generation may write.")
 
 
-class RolloutConfig(BaseConfig):
+class EpisodeRules(BaseConfig):
+    """What ends an episode: one switch per rule, read by the embedded rollout and by the verl agent loop
+    (the rollout contract, envace.rollout.machine and docs/rollout.md). The defaults treat every mode
+    alike, so EnvACE (rehearse) and real-environment GRPO (env) differ only in who writes the observation;
+    the reference code's per-mode rules are `invalid_call=end` (rehearse only), `error_observation=
+    end_rehearsed`, `rehearse_context=rehearse_only`."""
+
+    invalid_call: Literal["observe", "end"] = Field(
+        "observe", description="A malformed Act call: observe = an error tool message, Act may retry; end = the "
+                               "episode ends INVALID_TOOL_CALL. The same in every mode.")
+    error_observation: Literal["continue", "end", "end_rehearsed"] = Field(
+        "continue", description="An observation that is an error (envace.execution_result.is_error_value: the "
+                                "world's {error} or a rehearsed error_tool_call, whoever wrote it): continue = Act "
+                                "sees it and goes on; end = the episode ends ERROR_OBSERVATION in every mode; "
+                                "end_rehearsed = the reference's rule, a rehearsed error ends (REHEARSE_ERROR), a "
+                                "real one never does.")
+    rehearse_parse_failure: Literal["end", "observe"] = Field(
+        "end", description="Rehearse (or the simulator) wrote no parseable result: end = REHEARSE_ERROR; observe = "
+                           "Act sees the parser's error object. A real environment always answers, so this rule "
+                           "has no env-mode counterpart.")
+    rehearse_context: Literal["every_mode", "rehearse_only"] = Field(
+        "every_mode", description="The Rehearse prompt of each call counts against max_context_tokens in every "
+                                  "mode (env mode builds and measures it without generating), so the context "
+                                  "limit cuts the same episodes; rehearse_only = only where Rehearse generates "
+                                  "(the reference).")
+
+    def rule_values(self) -> dict[str, Any]:
+        """The rule switches alone (to copy them into a RolloutConfig)."""
+        return {name: getattr(self, name) for name in EpisodeRules.model_fields}
+
+
+class RolloutConfig(EpisodeRules):
+    """Rollout mode, role sampling and limits; the episode-ending rules are the inherited EpisodeRules."""
+
     mode: Literal["rehearse", "env", "simulator"] = Field(
         "rehearse", description="Observation source: rehearse (EnvACE), env (real GRPO), simulator (act-only).")
     act: SamplingConfig = Field(default_factory=lambda: SamplingConfig(max_new_tokens=64),
@@ -249,8 +282,4 @@ class RolloutConfig(BaseConfig):
     rehearse_style: Literal["history", "compact", "full"] = Field(
         "history", description="Rehearse prompt: history (default; same-tool few-shot + transcript h_t + call a_t, as "
                                "the paper's π(·|h_t,a_t)), compact (ablation: no transcript) or full (real models).")
-    invalid_call: Literal["observe", "end"] | None = Field(
-        None, description="A malformed Act call: observe = an error tool message, Act may retry; end = the episode "
-                          "ends INVALID_TOOL_CALL. None = the reference's per-mode rule (env observes, rehearse and "
-                          "simulator end); `envace train` resolves None to observe so every arm treats it alike.")
     simulator_model: str | None = Field(None, description="Model dir of the frozen simulator (mode=simulator).")

@@ -3,16 +3,17 @@
 A turn starts at a user message and runs to the next one. Its *calls* are the tool calls of its
 assistant messages, its *final reply* is the content of its last assistant message when that message
 makes no tool call (a turn cut off mid-call has no reply), and it *failed a tool call* when one of its
-tool messages is a JSON object with an "error" or "error_tool_call" key (the CM2 / EnvACE convention).
+tool messages reports an error (`envace.execution_result.is_error_text`: a JSON object, or an array holding
+one, with an "error" or "error_tool_call" key; the CM2 / EnvACE convention), whoever wrote it.
 Messages before the first user message (the system prompt) belong to no turn.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
+from envace.execution_result import is_error_text
 from envace.types import Message, ToolCall
 
 
@@ -37,11 +38,8 @@ class TurnView:
 
 
 def is_error_result(text: str) -> bool:
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, TypeError, ValueError, RecursionError):
-        return False
-    return isinstance(obj, dict) and ("error" in obj or "error_tool_call" in obj)
+    """The tool message reports a failed call (envace.execution_result.is_error_text, the one predicate)."""
+    return is_error_text(text)
 
 
 def split_turns(messages: list[Message]) -> list[TurnView]:

@@ -7,6 +7,10 @@ Parsing is strict and never raises: after a leading `<think>` section the text m
 array. Departures from the reference: the JSON is strict (envace.untrusted.loads_strict); a scalar is a
 decode error and `{}` / `null` are empty; prose around the block and bare JSON are rejected. Scanning is
 linear in the text.
+
+`is_error_value` is the one predicate of "this tool response says the call failed", whoever wrote it
+(the real world's `{"error": ...}`, a rehearsed `error_tool_call`, the parser's error object): the
+rollout's episode rules, the checklist's failed-call rule and fidelity's error prediction all ask it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,30 @@ from envace.untrusted import StrictJSONError, clean_text, loads_strict, short, t
 RESULT_OPEN, RESULT_CLOSE = "<execution_result>", "</execution_result>"
 ERROR_KEY = "error_tool_call"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+WORLD_ERROR_KEY = "error"  # the real environment's wording (CM2 convention)
+
+
+def is_error_value(value: Any) -> bool:
+    """True when a tool response value (the JSON the Act role sees) reports a failed call: an object with an
+    "error" or "error_tool_call" key, or an array holding such an object. Pure; never raises."""
+    if isinstance(value, dict):
+        return WORLD_ERROR_KEY in value or ERROR_KEY in value
+    if isinstance(value, list):
+        return any(isinstance(v, dict) and (WORLD_ERROR_KEY in v or ERROR_KEY in v) for v in value)
+    return False
+
+
+def is_error_text(text: Any) -> bool:
+    """`is_error_value` of a tool message's JSON text; text that is not JSON is not an error report."""
+    if not isinstance(text, str):
+        return False
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, TypeError, ValueError, RecursionError):
+        return False
+    return is_error_value(value)
 
 
 def render_execution_result(obj: Any) -> str:

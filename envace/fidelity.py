@@ -22,6 +22,13 @@ Four scores per (call, rehearsed, real) pair:
 against the agent-visible value of its real observation (`Observation.agent_value`: the content, or the
 error object). The evaluation, the exploitation monitor and the store writer all take it from there.
 
+Error prediction, apart from the four scores: did the rehearsed result say the call failed exactly when the
+real environment did? Both sides are read with the one predicate `envace.execution_result.is_error_value`
+(the world's `{"error": ...}` and a rehearsed `error_tool_call` alike); an unparseable rehearsal predicts no
+error (it is a format failure, counted by `json_valid`). `turn_error_verdict` gives (predicted, real) for a
+Rehearse turn, `aggregate_errors` per-tool precision / recall of "the real environment returned an error",
+`error_metric_dict` the MLflow keys `<prefix>/<tool>/error_precision|error_recall|errors_real`.
+
 A pure module: the evaluation code and the store writer both call it; `aggregate_by_tool` and
 `fidelity_metric_dict` turn many pairs into per-tool metrics for MLflow.
 """
@@ -34,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from envace.execution_result import parse_execution_result
+from envace.execution_result import is_error_value, parse_execution_result
 from envace.types import Observation, Role, Turn
 
 try:  # a dependency of prefect and dvc-data; only a speed-up here
@@ -242,4 +249,59 @@ def fidelity_metric_dict(per_tool: dict[str, ToolFidelity], prefix: str = "fidel
         out[f"{prefix}/all/n"] = float(total)
         for name in names:
             out[f"{prefix}/all/{name}"] = sum(getattr(f, name) * f.n for f in per_tool.values()) / total
+    return out
+
+
+def turn_error_verdict(turn: Turn) -> tuple[bool, bool] | None:
+    """(the rehearsal said the call failed, the real environment said so) of a Rehearse turn with a real
+    observation; None without one."""
+    if turn.real_observation is None:
+        return None
+    valid, value = parse_rehearsed(turn.text, turn.observation)
+    return valid and is_error_value(value), is_error_value(turn.real_observation.agent_value())
+
+
+@dataclass
+class ToolErrorPrediction:
+    """Counts of predicted vs real errors over the pairs of one tool; precision / recall None when undefined
+    (no predicted, or no real, error)."""
+
+    tool: str
+    n: int
+    tp: int
+    fp: int
+    fn: int
+
+    @property
+    def precision(self) -> float | None:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
+
+
+def aggregate_errors(verdicts: Iterable[tuple[str, bool, bool]]) -> dict[str, ToolErrorPrediction]:
+    """Per tool (sorted by name) and over all tools ("all"), from (tool, predicted error, real error)."""
+    acc: dict[str, list[int]] = {}
+    for tool, pred, real in verdicts:
+        for key in (tool, "all"):
+            a = acc.setdefault(key, [0, 0, 0, 0])
+            a[0] += 1
+            a[1] += int(pred and real)
+            a[2] += int(pred and not real)
+            a[3] += int(real and not pred)
+    return {t: ToolErrorPrediction(t, *a) for t, a in sorted(acc.items())}
+
+
+def error_metric_dict(per_tool: dict[str, ToolErrorPrediction], prefix: str = "fidelity") -> dict[str, float]:
+    """`<prefix>/<tool>/errors_real` and, where defined, `error_precision` / `error_recall`."""
+    out: dict[str, float] = {}
+    for f in per_tool.values():
+        tool = _KEY_BAD.sub("_", f.tool)
+        out[f"{prefix}/{tool}/errors_real"] = float(f.tp + f.fn)
+        if f.precision is not None:
+            out[f"{prefix}/{tool}/error_precision"] = f.precision
+        if f.recall is not None:
+            out[f"{prefix}/{tool}/error_recall"] = f.recall
     return out

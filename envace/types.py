@@ -39,10 +39,11 @@ class TerminationReason(str, Enum):
     MAX_TURNS = "max_turns"  # assistant-turn limit reached
     MAX_CALLS = "max_calls_per_turn"  # too many tool calls within one user turn
     CONTEXT_LIMIT = "context_limit"  # the next prompt would not fit
-    REHEARSE_ERROR = "rehearse_error"  # a rehearsed result was an error (EnvACE ends the episode)
+    REHEARSE_ERROR = "rehearse_error"  # Rehearse wrote no result, or (error_observation=end_rehearsed) an error
+    ERROR_OBSERVATION = "error_observation"  # an error observation in any mode (error_observation=end)
     REQUIRED_CHECK_FAILED = "required_check_failed"  # a required_for_next_turn checklist item failed
     JUDGE_ERROR = "judge_error"  # the judge could not score (recorded, never a silent 0)
-    INVALID_TOOL_CALL = "invalid_tool_call"  # malformed Act call with a simulated world (rehearse/simulator)
+    INVALID_TOOL_CALL = "invalid_tool_call"  # malformed Act call (invalid_call=end)
 
 
 class ErrorCode(str, Enum):

@@ -131,7 +131,7 @@ def run_eval(cfg: EvalConfig, echo: Callable[[str], None] | None = None) -> dict
 def eval_metrics(results: dict[str, Any]) -> dict[str, float]:
     """Flat MLflow metrics of an evaluation: world success / reward per domain and rehearsal fidelity
     per tool (`fidelity/<tool>/<score>`)."""
-    from envace.fidelity import ToolFidelity, fidelity_metric_dict
+    from envace.fidelity import ToolErrorPrediction, ToolFidelity, error_metric_dict, fidelity_metric_dict
 
     m: dict[str, float] = {}
     world = results.get("world")
@@ -144,6 +144,9 @@ def eval_metrics(results: dict[str, Any]) -> dict[str, float]:
         fid = world.get("fidelity") or {}
         per_tool = fid.get("per_tool") or {}
         m.update(fidelity_metric_dict({t: ToolFidelity(**v) for t, v in per_tool.items()}))
+        errors = fid.get("error_prediction") or {}  # "did the real environment return an error", per tool
+        m.update(error_metric_dict({t: ToolErrorPrediction(t, v["n"], v["tp"], v["fp"], v["fn"])
+                                    for t, v in errors.items()}))
         if fid.get("determined_pairs"):
             for k in ("json_valid", "schema_ok", "exact_match", "field_f1"):
                 m[f"fidelity/determined/{k}"] = float(fid[f"determined_{k}"])

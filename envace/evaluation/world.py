@@ -21,7 +21,7 @@ from typing import Any
 
 from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.base import GenerationEngine
-from envace.fidelity import aggregate_by_tool, turn_fidelity
+from envace.fidelity import aggregate_by_tool, aggregate_errors, turn_error_verdict, turn_fidelity
 from envace.rewards.env_reward import env_state_reward
 from envace.rewards.rule_judge import score_rule
 from envace.roles.rehearse import few_shot_triples
@@ -62,7 +62,7 @@ def fidelity(trajs: list[Trajectory], few_shot: bool = True) -> dict[str, Any]:
     few-shot on, a call identical (name and arguments) to one of the task's reference calls, whose
     response the prompt shows. Other calls (wrong arguments, extra calls) have no determinable
     response at this scale, so their exact match measures guessing, not rehearsal."""
-    pairs, determined = [], []
+    pairs, determined, errors = [], [], []
     for t in trajs:
         known = [(n, a) for n, a, _ in few_shot_triples(t.task)] if few_shot else []
         for u in t.turns_of(Role.REHEARSE):
@@ -70,6 +70,7 @@ def fidelity(trajs: list[Trajectory], few_shot: bool = True) -> dict[str, Any]:
                 continue
             m = turn_fidelity(u)  # the verdict the store keeps for the same turn
             pairs.append((u.call.name, m))
+            errors.append((u.call.name, *turn_error_verdict(u)))  # type: ignore[misc]  # real_observation set
             if (u.call.name, u.call.arguments) in known:
                 determined.append(m)
     if not pairs:
@@ -78,7 +79,10 @@ def fidelity(trajs: list[Trajectory], few_shot: bool = True) -> dict[str, Any]:
     overall = {k: _mean([float(p[k]) for _, p in pairs]) for k in keys}
     det = {f"determined_{k}": _mean([float(p[k]) for p in determined]) for k in keys}
     per_tool = {name: asdict(v) for name, v in aggregate_by_tool(pairs).items()}
-    return {"pairs": len(pairs), **overall, "determined_pairs": len(determined), **det, "per_tool": per_tool}
+    error_prediction = {name: {"n": v.n, "tp": v.tp, "fp": v.fp, "fn": v.fn, "precision": v.precision,
+                               "recall": v.recall} for name, v in aggregate_errors(errors).items()}
+    return {"pairs": len(pairs), **overall, "determined_pairs": len(determined), **det, "per_tool": per_tool,
+            "error_prediction": error_prediction}
 
 
 def _with_temperature(cfg: RolloutConfig, temperature: float) -> RolloutConfig:

@@ -1,11 +1,13 @@
 """CM2 checklist scoring as pure functions over typed verdicts.
 
 Per user turn t and checklist (annotation) c: turn score s_{c,t} = Σ_i w_i · passed_i, and 0 when any
-tool call in turn t failed. A turn whose required_for_next_turn items failed in a majority of the
-checklists ends the episode: the next user turn is not replayed and every later turn scores 0 (the last
-turn ends the episode anyway, so a failure there is not reported as a termination). Turns that were
-never reached (the rollout stopped earlier) score 0. Episode score = Σ_{c,t} s_{c,t} / (C · T) with C
-checklists and T user turns of the task — the normalisation of EnvACE's checklist reward manager.
+tool call in turn t failed (a tool message that `envace.execution_result.is_error_text` calls an error,
+whoever wrote it: the real world or Rehearse, in any wording, so the rule is the same in every mode).
+A turn whose required_for_next_turn items failed in a majority of the checklists ends the episode: the
+next user turn is not replayed and every later turn scores 0 (the last turn ends the episode anyway, so
+a failure there is not reported as a termination). Turns that were never reached (the rollout stopped
+earlier) score 0. Episode score = Σ_{c,t} s_{c,t} / (C · T) with C checklists and T user turns of the
+task — the normalisation of EnvACE's checklist reward manager.
 
 A judge that could not decide an item records a `JudgeFailure`; the score is then None (never a
 silent 0) and the episode is to be marked JUDGE_ERROR.

@@ -5,20 +5,29 @@ of every episode in OBSERVE is answered together: by the policy playing Rehearse
 the episode's own Environment (`env`, standard GRPO) or by a frozen simulator engine (`simulator`). Each
 episode's handler for its phase returns the next phase (envace.rollout.state).
 
-Rules (EnvACE reference, departures noted):
+The rollout contract: what ends an episode is one named switch per rule (envace.config.EpisodeRules, read
+from `cfg` here and from the `envace:` section by the verl agent loop; docs/rollout.md). The defaults treat
+every mode alike, so rehearse and env mode differ only in who writes the observation:
 - an Act output without a call answers the user turn: the next one is replayed if the turn gate allows,
   else the episode ends (FINAL_REPLY / REQUIRED_CHECK_FAILED);
 - later Act prompts carry each earlier Act turn as the ids it sampled (token-in-token-out,
   envace.chat_tokens; the reference re-renders the parsed content and calls); content from tools, users
   and the model is encoded as text, so only the template writes control tokens;
-- a malformed Act output becomes an error tool message, then the policy retries (`invalid_call="observe"`)
-  or the episode ends INVALID_TOOL_CALL (`"end"`), in every mode alike (None: the reference's rule, env
-  mode observes, a simulated world ends; `envace train` sets "observe" so all arms compare fairly);
-- a rehearsed error (unparseable output or an `error_tool_call` result) ends the episode (REHEARSE_ERROR);
+- `invalid_call` (default observe): a malformed Act output becomes an error tool message and Act retries,
+  or the episode ends INVALID_TOOL_CALL (`end`) — in every mode;
+- `error_observation` (default continue): an observation that reports an error (`is_error_value` of the value
+  Act sees: the world's `{"error": ...}` or a rehearsed `error_tool_call`, whoever wrote it) is shown to Act;
+  `end` ends the episode ERROR_OBSERVATION in every mode; `end_rehearsed` is the reference's rule (a
+  rehearsed error ends REHEARSE_ERROR, a real one never does);
+- `rehearse_parse_failure` (default end): Rehearse output that parses to no result ends REHEARSE_ERROR
+  (a real environment always answers, so this has no env counterpart), or `observe` shows the parse error;
 - limits are checked before generating: MAX_TURNS, CONTEXT_LIMIT (the reference left-truncates; we stop,
-  so no row sees a cut prompt) and MAX_CALLS per user turn (the Act output past it is kept, unanswered);
+  so no row sees a cut prompt) and MAX_CALLS per user turn (the Act output past it is kept, unanswered).
+  The context limit applies to every prompt the episode builds: the Act prompt and, with
+  `rehearse_context=every_mode` (default), each call's Rehearse prompt in every mode — env mode builds and
+  measures it without generating, so both modes cut the same episodes (`rehearse_only`: the reference);
 - the k calls of one Act output are rehearsed in one batch (the reference does them one at a time, each
-  seeing the same history, so this is equivalent);
+  seeing the same history, so this is equivalent); a real environment executes them in order;
 - in rehearse / simulator mode no real environment is created; an optional `shadow_env_factory` records
   `Turn.real_observation` for fidelity only, never shown to the policy.
 `prefixes` and `on_user_turn` let test-time rehearsal start from a conversation so far and react to each
@@ -34,6 +43,7 @@ from typing import Any
 
 from envace.config import RolloutConfig
 from envace.engines.base import GenerationEngine, GenRequest, GenResult
+from envace.execution_result import is_error_value
 from envace.roles.act import assistant_message, chat_ids, is_malformed, parse_act
 from envace.roles.prompts import RESULT_CLOSE, simulator_system_prompt
 from envace.roles.rehearse import parse_execution_result, rehearse_messages
@@ -202,8 +212,7 @@ def handle_act(run: _Run, st: EpisodeState, req: GenRequest, res: GenResult) -> 
         source = Role.ENV if run.mode is Mode.ENV else Role.REHEARSE
         st.add_observation(None, Observation(content=None, source=source, error=parsed.error,
                                              detail=parsed.detail))
-        rule = run.cfg.invalid_call or ("observe" if run.mode is Mode.ENV else "end")  # None: reference rule
-        if rule == "observe":
+        if run.cfg.invalid_call == "observe":
             return Phase.ACT
         return st.finish(TerminationReason.INVALID_TOOL_CALL)
     if st.calls_this_turn + len(parsed.calls) > run.cfg.max_calls_per_turn:
@@ -214,14 +223,24 @@ def handle_act(run: _Run, st: EpisodeState, req: GenRequest, res: GenResult) -> 
     return Phase.OBSERVE
 
 
+def _parse_failure(obs: Observation) -> bool:
+    """Rehearse (or the simulator) wrote no result at all (a real environment always answers)."""
+    return obs.source is not Role.ENV and obs.content is None and obs.error is not None
+
+
 def handle_observe(run: _Run, st: EpisodeState, observations: list[Observation]) -> Phase:
-    """Append the answers of the pending calls; a rehearsed error ends the episode."""
+    """Append the answers of the pending calls, then apply the episode rules (module docstring)."""
     for call, obs in zip(st.pending, observations):
         st.add_observation(call, obs)
-    failed = run.mode is not Mode.ENV and any(not o.ok for o in observations)
     st.pending = []
-    if failed:
+    if run.cfg.rehearse_parse_failure == "end" and any(_parse_failure(o) for o in observations):
         return st.finish(TerminationReason.REHEARSE_ERROR)
+    if any(is_error_value(o.agent_value()) for o in observations):
+        rule = run.cfg.error_observation
+        if rule == "end":
+            return st.finish(TerminationReason.ERROR_OBSERVATION)
+        if rule == "end_rehearsed" and run.mode is not Mode.ENV:
+            return st.finish(TerminationReason.REHEARSE_ERROR)
     return Phase.ACT
 
 
@@ -235,8 +254,21 @@ def _act_round(run: _Run, states: list[EpisodeState]) -> None:
         st.phase = handle_act(run, st, req, res)
 
 
+def _rehearse_prompt(run: _Run, engine: GenerationEngine, st: EpisodeState,
+                     call: ToolCall) -> tuple[list[int], list[dict[str, Any]] | None, bool]:
+    """(prompt ids, chat messages, over the context limit) of the Rehearse prompt for one pending call."""
+    msgs = rehearse_messages(st.traj.task, st.history[: st.act_context_len], st.latest_act_text, call,
+                             few_shot=run.cfg.few_shot, style=run.rehearse_style)
+    ids, chat, n_tokens = prompt_of(engine, msgs, None, enable_thinking=run.enable_thinking)
+    return ids, chat, n_tokens + run.cfg.rehearse.max_new_tokens > run.cfg.max_context_tokens
+
+
 def _env_observe_round(run: _Run, states: list[EpisodeState]) -> None:
     for st in states:
+        if run.cfg.rehearse_context == "every_mode" and any(
+                _rehearse_prompt(run, run.rehearser, st, call)[2] for call in st.pending):
+            st.phase = st.finish(TerminationReason.CONTEXT_LIMIT)  # where rehearse mode would stop
+            continue
         observations = []
         for call in st.pending:
             observations.append(_execute(st.env, call))  # type: ignore[arg-type]
@@ -250,13 +282,10 @@ def _rehearse_observe_round(run: _Run, states: list[EpisodeState]) -> None:
     sampling = run.cfg.rehearse
     jobs: list[tuple[EpisodeState, ToolCall, GenRequest, CallRef]] = []
     for st in states:
-        history = st.history[: st.act_context_len]
         mine: list[tuple[EpisodeState, ToolCall, GenRequest, CallRef]] = []
         for j, call in enumerate(st.pending):
-            msgs = rehearse_messages(st.traj.task, history, st.latest_act_text, call,
-                                     few_shot=run.cfg.few_shot, style=run.rehearse_style)
-            ids, chat, n_tokens = prompt_of(engine, msgs, None, enable_thinking=run.enable_thinking)
-            if n_tokens + sampling.max_new_tokens > run.cfg.max_context_tokens:
+            ids, chat, over = _rehearse_prompt(run, engine, st, call)
+            if over:
                 st.phase = st.finish(TerminationReason.CONTEXT_LIMIT)
                 mine = []
                 break
@@ -297,7 +326,7 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
                 shadow_env_factory: Callable[[], Environment] | None = None,
                 rehearse_style: str | None = None, enable_thinking: bool = True,
                 prefixes: Sequence[list[Message]] | None = None,
-                on_user_turn: UserTurnHook | None = None) -> list[Trajectory]:
+                on_user_turn: UserTurnHook | None = None, first_sample: int = 0) -> list[Trajectory]:
     """Roll out K episodes per task; returns trajectories ordered by (task position, sample index).
 
     `mode` wins over `cfg.mode` (callers such as test-time rehearsal run one config in several modes).
@@ -307,6 +336,8 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
     the per-role-policy ablation. `rehearse_style` defaults to `cfg.rehearse_style`.
     `prefixes[p]` (optional) is the conversation task p's episodes start from (ending with a user
     message); `on_user_turn(states)` sees the episodes that just received a replayed user message.
+    `first_sample`: the episodes are samples first_sample .. first_sample + k - 1 of each task (their seeds
+    and sample indices), so one sample of a larger group can be rerun alone with its own seeds.
     """
     if isinstance(policy, Mapping):
         missing = {Role.ACT, Role.REHEARSE} - set(policy)
@@ -337,7 +368,7 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
                seed=seed, turn_gate=turn_gate, rehearse_style=rehearse_style, enable_thinking=enable_thinking)
     states = [_start(task, p, s, mode, env_factory, shadow_env_factory,
                      list(prefixes[p]) if prefixes is not None else None)
-              for p, task in enumerate(tasks) for s in range(k)]
+              for p, task in enumerate(tasks) for s in range(first_sample, first_sample + k)]
     while True:
         advanced = []
         for st in states:

@@ -3,7 +3,9 @@ then exactly ONE committed execution in the real environment with m_x in its sys
 
 `tts_rollout` runs, for each of k attempts per task, a private phase (`tts_private.rehearse_privately`
 on the conversation said so far: N parallel or sequential rehearsals, reviews, the memory) and then the
-committed `run_rollout` in env mode. N = 0 is exactly the plain env-mode run with the same seed; with
+committed `run_rollout` in env mode. N = 0 is exactly the plain env-mode run with the same seed, and the
+committed run of attempt a at every N samples with the seeds of that run's sample a (common random numbers:
+N vs 0 differs only by the memory in the prompt); with
 `rehearse_at="every"` each later user message triggers a new private phase whose memory replaces the note.
 Isolation is structural: no private phase is given an environment, and for the first user message
 `env_factory` reaches `run_rollout` only after the private phase has returned.
@@ -71,7 +73,7 @@ def _link(phase: PrivatePhase, n: int, mode: str, attempt: int) -> None:
 
 def _attempt(tasks: list[Task], engine: GenerationEngine, cfg: RolloutConfig, commit_cfg: RolloutConfig, n: int,
              mode: str, env_factory: Callable[[], Environment], attempt: int, seed: int, opts: TTSConfig, step: int,
-             enable_thinking: bool) -> list[Trajectory]:
+             enable_thinking: bool, commit_seed: int) -> list[Trajectory]:
     private = dict(n=n, mode=mode, options=opts, step=step, enable_thinking=enable_thinking)
     first = rehearse_privately([first_view(t) for t in tasks], engine, cfg,
                                seed=derive_seed(seed, "tts-private", 0), **private)
@@ -93,9 +95,11 @@ def _attempt(tasks: list[Task], engine: GenerationEngine, cfg: RolloutConfig, co
 
     hook = on_user_turn if opts.rehearse_at == "every" else None
     # only now may a real environment exist: run_rollout calls env_factory when the episodes start
+    # the committed episode is sample `attempt` of the N = 0 run: the same seeds (common random numbers)
     commits = run_rollout([commit_task(t, ph.memory) for t, ph in zip(tasks, first)], k=1, policy=engine,
-                          cfg=commit_cfg, mode=Mode.ENV, env_factory=env_factory, step=step, seed=seed,
-                          rehearse_style=cfg.rehearse_style, enable_thinking=enable_thinking, on_user_turn=hook)
+                          cfg=commit_cfg, mode=Mode.ENV, env_factory=env_factory, step=step, seed=commit_seed,
+                          rehearse_style=cfg.rehearse_style, enable_thinking=enable_thinking, on_user_turn=hook,
+                          first_sample=attempt)
     for traj, mine in zip(commits, phases):
         traj.sample_index = attempt
         private_trajs = []
@@ -116,12 +120,12 @@ def tts_rollout(tasks: list[Task], policy_engine: GenerationEngine, cfg: Rollout
     """k attempts per task of: N private rehearsals, then one committed env-mode episode. Returns the
     committed trajectories ordered by (task, attempt); their private ones are in `traj.tts["private"]`.
 
-    Seeds: attempt a's committed run uses `derive_seed(seed, "tts-attempt", a)` and its private seeds derive
-    from that, so k attempts get k distinct seeds in both phases (with N = 0, the k samples of one plain
-    rollout). Records: a committed trajectory's `traj.tts` = {"n", "mode", "attempt", "seed", "memory" (the
-    last m_x), "phases", "private"}; a private one's = {"role": "private", "n", "mode", "attempt", "index",
-    "user_turn", "assessment", "achieved", "memory", "seed"}; `reward_breakdown["tts"]` holds a JSON-safe
-    summary."""
+    Seeds: attempt a's committed run samples with the seeds of sample a of the plain (N = 0) run, at every N,
+    so N vs 0 is a paired comparison; its private seeds derive from `derive_seed(seed, "tts-attempt", a)`
+    (recorded as its "seed"), so k attempts get k distinct seeds in both phases. Records: a committed
+    trajectory's `traj.tts` = {"n", "mode", "attempt", "seed", "memory" (the last m_x), "phases", "private"};
+    a private one's = {"role": "private", "n", "mode", "attempt", "index", "user_turn", "assessment",
+    "achieved", "memory", "seed"}; `reward_breakdown["tts"]` holds a JSON-safe summary."""
     check_tts(n, mode)
     if env_factory is None:
         raise ValueError("tts_rollout needs env_factory: the committed run executes in the real environment")
@@ -141,7 +145,7 @@ def tts_rollout(tasks: list[Task], policy_engine: GenerationEngine, cfg: Rollout
             t.reward_breakdown["tts"] = summary
         return trajs
     by_attempt = [_attempt(tasks, policy_engine, cfg, commit_cfg, n, mode, env_factory, a,
-                           derive_seed(seed, "tts-attempt", a), opts, step, enable_thinking) for a in range(k)]
+                           derive_seed(seed, "tts-attempt", a), opts, step, enable_thinking, seed) for a in range(k)]
     out = []
     for p in range(len(tasks)):
         counter = 0

@@ -37,6 +37,8 @@ class SFTSpec(BaseConfig):
     sft_tasks: int = Field(3000, ge=10, description="Demonstration tasks for SFT.")
     steps: int = Field(1400, ge=1, description="SFT steps (batch 16).")
     seed: int = Field(0, description="Seed of tokenizer, weights and SFT data.")
+    error_demos: float = Field(0.0, ge=0, le=1, description="SFTConfig.error_demos: share of gold calls that also "
+                                                            "get a wrong twin answered by the real world.")
     tiny: dict[str, Any] = Field(default_factory=dict,
                                  description="TinyModelConfig fields (e.g. hidden_size) of this model size.")
 
@@ -84,7 +86,8 @@ def build_sft(spec: SFTSpec, threads: int | None = None) -> dict[str, Any]:
     tiny = init_tiny_model(world_corpus(spec.corpus_tasks, seed=spec.seed), out / "tiny",
                            TinyModelConfig(**{"seed": spec.seed, **spec.tiny}))
     summary = sft(SFTConfig(model=str(tiny), out_dir=str(out), steps=spec.steps, seed=spec.seed, progress=False,
-                            threads=threads, data=DataConfig(n_tasks=spec.sft_tasks, seed=spec.seed)))
+                            threads=threads, data=DataConfig(n_tasks=spec.sft_tasks, seed=spec.seed),
+                            error_demos=spec.error_demos))
     (out / KEY_FILE).write_text(key + "\n")
     return {"out": spec.out, "model": str(spec.model_dir()), "key": key, "cached": False,
             "wall_s": time.perf_counter() - t0,

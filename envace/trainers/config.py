@@ -28,7 +28,13 @@ class AlgoConfig(BaseConfig):
     clip_high: float = Field(0.2, gt=0, description="PPO clip epsilon (high).")
     dual_clip_c: float = Field(3.0, gt=1, description="Dual-clip constant c (> 1).")
     agg: str = Field("token-mean",
-                     description="Loss aggregation, a name in envace.algos.AGGREGATIONS (token-mean, ...).")
+                     description="Loss aggregation, verl's names with verl's meaning (envace.algos.AGGREGATIONS): "
+                                 "token-mean (every loss token of the mini-batch alike; EnvACE's setting), "
+                                 "seq-mean-token-mean (per-row mean, then mean over rows: what the reference's "
+                                 "micro-batch of 1 amounts to), seq-mean-token-sum. Unscored rows count nowhere.")
+    empty_output_penalty: float = Field(0.0, ge=0, description="Subtracted from the reward of a row whose generated "
+                                                               "text is empty, before the advantage (reference: 0.1, "
+                                                               "on there; 0 = off).")
     use_kl: bool = Field(False, description="KL to the frozen reference (paper: on at 1e-4; reference script: off).")
     kl_coef: float = Field(1e-4, ge=0, description="KL coefficient.")
     kl_kind: str = Field("low_var_kl",
@@ -75,6 +81,9 @@ class OptimConfig(BaseConfig):
     lr: float = Field(1e-4, gt=0, description="AdamW learning rate (paper: 1e-6 for Qwen3-8B).")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
+    grad_clip_per_role: bool = Field(False, description="Shared policy: clip each role's gradient to grad_clip on its "
+                                                        "own, then add them (the per-role arm's clipping budget; "
+                                                        "the one AdamW stays shared); off = one clip over both.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     warmup_steps: int = Field(0, ge=0, description="RL steps of linear learning-rate warm-up from lr/warmup_steps "
                                                    "to lr (0 = constant lr); a function of the step, "
@@ -157,8 +166,6 @@ class TrainConfig(BaseConfig):
         if self.judge is not None and self.reward != "checklist_llm":
             raise ConfigError(f"judge is set but reward={self.reward!r} never asks it; set reward=checklist_llm "
                               "or judge=null")
-        if self.rollout.invalid_call is None:  # one rule for every arm (the reference's differs by mode)
-            self.rollout.invalid_call = "observe"
         if self.shadow_monitor and (self.data.source != "world" or self.rollout.mode == "env"):
             raise ConfigError(f"shadow_monitor=true replays calls in the built-in world, but data.source="
                               f"{self.data.source!r}, rollout.mode={self.rollout.mode!r}; it needs data.source=world "
@@ -189,6 +196,10 @@ class SFTConfig(BaseConfig):
     warmup_steps: int = Field(30, ge=0, description="Linear warm-up steps.")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
     few_shot: bool = Field(True, description="Rehearse samples include the task's reference (call, response) pairs.")
+    error_demos: float = Field(0.0, ge=0, le=1, description="Share of gold calls that also get a wrong twin (an "
+                                                            "unknown id, an infeasible amount) answered by the "
+                                                            "real tool world, so Rehearse sees the world say no "
+                                                            "(tool-world tasks only; 0 = gold responses only).")
     rehearse_style: Literal["history", "compact", "full"] = Field(
         "history", description="Rehearse prompt style; match the RL run's rollout.rehearse_style.")
     max_len: int = Field(1024, ge=32, description="Drop samples longer than this (tokens).")

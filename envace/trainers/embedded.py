@@ -76,7 +76,12 @@ class _Policy:
                            for n, m in self.models.items()}
         self.refs = ({n: _frozen_copy(m) for n, m in self.models.items()} if cfg.algo.use_kl else {})
 
+    rehearse_override = None  # an engine playing Rehearse instead of the policy (train's rehearse_engine)
+
     def rollout_policy(self):
+        if self.rehearse_override is not None:
+            act = self.engines["policy" if len(self.names) == 1 else "act"]
+            return {Role.ACT: act, Role.REHEARSE: self.rehearse_override}
         if len(self.names) == 1:
             return self.engines["policy"]
         return {Role.ACT: self.engines["act"], Role.REHEARSE: self.engines["rehearse"]}
@@ -96,7 +101,8 @@ def update_models(policy: _Policy, rows, cfg: TrainConfig, step: int = 0) -> dic
                                           pad_id=policy.tokenizer.pad_token_id, micro_batch=cfg.micro_batch,
                                           grad_clip=cfg.optim.grad_clip, ref_model=policy.refs.get(name),
                                           seed=derive_seed(cfg.seed, step, name, "mini_batches"),
-                                          max_tokens=cfg.micro_batch_tokens)
+                                          max_tokens=cfg.micro_batch_tokens,
+                                          clip_per_role=cfg.optim.grad_clip_per_role and name == "policy")
     return updates
 
 
@@ -156,13 +162,16 @@ def _shadow_metrics(trajs: list[Trajectory], scorer: RewardScorer) -> dict[str, 
     return shadow_metrics(trajs, results)
 
 
-def train(cfg: TrainConfig) -> TrainResult:
-    """Train under an exclusive lock on `cfg.out_dir` (one writer per run folder: envace.trainers.run_lock)."""
+def train(cfg: TrainConfig, *, rehearse_engine: Any = None) -> TrainResult:
+    """Train under an exclusive lock on `cfg.out_dir` (one writer per run folder: envace.trainers.run_lock).
+    `rehearse_engine` (diagnostics and tests): a callable (tokenizer, task pool) -> engine that plays Rehearse
+    instead of the policy, e.g. envace.rollout.oracle.OracleRehearser; with policy=per_role the Act model's
+    updates then see exactly what an env-mode run's would (the oracle-rehearsal invariant)."""
     with run_lock(cfg.out_dir):
-        return _train(cfg)
+        return _train(cfg, rehearse_engine)
 
 
-def _train(cfg: TrainConfig) -> TrainResult:
+def _train(cfg: TrainConfig, rehearse_engine: Any = None) -> TrainResult:
     out_dir = Path(cfg.out_dir)
     ckpt_root = out_dir / "checkpoints"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -179,6 +188,8 @@ def _train(cfg: TrainConfig) -> TrainResult:
     # API-key variable fails at once
     scorer = RewardScorer.from_config(cfg, device=str(device))
     policy = _Policy(cfg, dirs, device)
+    if rehearse_engine is not None:
+        policy.rehearse_override = rehearse_engine(policy.tokenizer, pool)
     start = 0
     if resume is not None:
         load_optimizer_states(resume, policy.optimizers)
@@ -204,7 +215,7 @@ def _train(cfg: TrainConfig) -> TrainResult:
             t_roll = time.perf_counter() - t0
             trajs = batch.kept
             shadow = _shadow_metrics(batch.generated, scorer) if cfg.shadow_enabled else {}
-            rows = build_rows(trajs)
+            rows = build_rows(trajs, cfg.algo.empty_output_penalty)
             assign_advantages(rows, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std)
             if cfg.flip_advantage_sign:
                 flip_advantages(rows)

@@ -6,7 +6,11 @@ the task's tools exactly as the rollout prompts Act; by default all of a task's 
 into one sequence (the whole conversation, loss on every assistant message), which gives each target
 the same context at a fraction of the tokens. Rehearse samples: every gold tool call, prompted
 with the Rehearse simulator chat exactly as the rollout prompts it, with the environment's TRUE response
-wrapped as `<execution_result>` as the target. Loss only on target tokens (including the end-of-turn
+wrapped as `<execution_result>` as the target. With `error_demos` > 0 a share of the gold calls of tool-world
+tasks also get a wrong twin (`wrong_call`: an id the world does not know, or an amount a thousand times the
+gold one), still a well-formed call, answered by the REAL world from the state the gold calls before it
+left (`error_rehearse_samples`), so the rehearsed world learns to say no where the real one does: the gold
+conversations themselves hold no tool errors. Loss only on target tokens (including the end-of-turn
 token, so the model learns to stop). Each batch holds one role (Act with probability act_fraction), so
 short Rehearse sequences are not padded to long Act ones. Cosine learning rate with warm-up; runs for a step count or a
 wall-clock budget.
@@ -29,7 +33,7 @@ from envace.models.loading import load_policy, pick_device, save_model
 from envace.roles.act import act_prompt_ids
 from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids, render_execution_result
 from envace.trainers.config import SFTConfig
-from envace.types import Message, Role, Task
+from envace.types import Message, Role, Task, ToolCall
 
 END = "<|im_end|>"
 
@@ -132,12 +136,64 @@ def rehearse_samples(task: Task, tokenizer, *, few_shot: bool, style: str) -> li
     return out
 
 
+def wrong_call(call: ToolCall, rng: random.Random) -> ToolCall | None:
+    """A wrong twin of a gold call: a string argument replaced by an unknown id, or a number scaled by 1000
+    (infeasible amounts); None when the call has neither."""
+    strings = [k for k, v in call.arguments.items() if isinstance(v, str)]
+    numbers = [k for k, v in call.arguments.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    choices = [("id", k) for k in strings] + [("amount", k) for k in numbers]
+    if not choices:
+        return None
+    kind, key = rng.choice(choices)
+    value = f"zz-{rng.randrange(10**6):06d}" if kind == "id" else call.arguments[key] * 1000
+    return ToolCall(call.name, {**call.arguments, key: value})
+
+
+def error_rehearse_samples(task: Task, tokenizer, *, share: float, seed: int, few_shot: bool,
+                           style: str) -> tuple[list[Sample], int]:
+    """Rehearse samples for wrong twins of a `share` of the task's gold calls, each answered by the real
+    world (replaying the gold calls before it); returns the samples and how many answers are errors. A
+    twin that the Act parser would reject (it breaks the schema) is never rehearsed in a rollout: skipped."""
+    from envace.execution_result import is_error_value
+    from envace.roles.act import parse_act
+    from envace.rollout.machine import _execute
+    from envace.toolcall import render_tool_call
+    from envace.worlds.environment import WorldEnvironment
+
+    if share <= 0 or task.initial_state is None:
+        return [], 0
+    rng = random.Random(f"{seed}|error-demos|{task.uuid}")
+    out, n_errors, done = [], 0, []
+    msgs = task.messages
+    for i, m in enumerate(msgs):
+        if m.role != "assistant" or not m.tool_calls:
+            continue
+        for j, call in enumerate(m.tool_calls):
+            twin = wrong_call(call, rng) if rng.random() < share else None
+            calls = [*m.tool_calls[:j], twin, *m.tool_calls[j + 1:]] if twin is not None else []
+            act_text = "\n".join(render_tool_call(c) for c in calls)
+            if twin is not None and not parse_act(act_text, task.tools).error:
+                env = WorldEnvironment()
+                env.reset(task)
+                for c in [*done, *m.tool_calls[:j]]:
+                    _execute(env, c)
+                value = _execute(env, twin).agent_value()
+                n_errors += is_error_value(value)
+                chat = rehearse_messages(task, msgs[:i], act_text, twin, few_shot=few_shot, style=style)
+                out.append(Sample.of(Role.REHEARSE, rehearse_prompt_ids(tokenizer, chat),
+                                     encode_target(tokenizer, render_execution_result(value) + END)))
+        done += list(m.tool_calls)
+    return out, n_errors
+
+
 def build_samples(tasks: list[Task], tokenizer, cfg: SFTConfig) -> tuple[list[Sample], list[Sample]]:
     acts, rehs = [], []
     for t in tasks:
         packed = packed_act_sample(t, tokenizer) if cfg.pack_act else None
         acts += [packed] if packed is not None else act_samples(t, tokenizer)
         rehs += rehearse_samples(t, tokenizer, few_shot=cfg.few_shot, style=cfg.rehearse_style)
+        rehs += error_rehearse_samples(t, tokenizer, share=cfg.error_demos, seed=cfg.seed, few_shot=cfg.few_shot,
+                                       style=cfg.rehearse_style)[0]
     keep = lambda s: len(s.ids) <= cfg.max_len  # noqa: E731
     return [s for s in acts if keep(s)], [s for s in rehs if keep(s)]
 

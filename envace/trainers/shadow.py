@@ -10,7 +10,8 @@ model (e.g. rehearsing success for a call that fails, then being rewarded for th
 Only calls that got an answer are replayed (a call past MAX_CALLS, or one cut by the context limit, was
 never executed in the episode either). A malformed Act output's error message is kept as it is: it came
 from the parser, not from the world. Each Rehearse turn also gets `real_observation` (for the store and
-the fidelity metric `shadow/exact_match`).
+the fidelity metrics `shadow/exact_match` and `shadow/error_recall` / `shadow/error_precision`: did the
+rehearsed world say no where the real one did, envace.fidelity.turn_error_verdict).
 
 Departure: the counterfactual keeps the episode's actions; with real answers the policy might have acted
 differently afterwards (that trajectory is not sampled: it would be another rollout, and cost as much).
@@ -22,7 +23,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from envace.fidelity import turn_fidelity
+from envace.fidelity import aggregate_errors, turn_error_verdict, turn_fidelity
 from envace.types import ErrorCode, Message, Observation, Role, ToolCall, Trajectory
 
 
@@ -102,4 +103,14 @@ def shadow_metrics(trajs: list[Trajectory], results: list[ShadowResult]) -> dict
         m[f"{prefix}/trajectories"] = float(len(pairs))
     m["shadow/env_calls"] = float(sum(r.calls for r in results))
     m["shadow/exact_match"] = _mean([x for r in results for x in r.exact])
+    verdicts = [(t.call.name if t.call else "", *v) for traj in trajs for t in traj.turns_of(Role.REHEARSE)
+                if (v := turn_error_verdict(t)) is not None]
+    errors = aggregate_errors(verdicts).get("all")
+    if errors is not None:
+        m["shadow/errors_real"] = float(errors.tp + errors.fn)
+        m["shadow/errors_rehearsed"] = float(errors.tp + errors.fp)
+        if errors.recall is not None:
+            m["shadow/error_recall"] = errors.recall
+        if errors.precision is not None:
+            m["shadow/error_precision"] = errors.precision
     return m

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from envace.algos import get_advantage_fn
+from envace.toolcall import strip_end_markers
 from envace.types import Role, Trajectory, Turn
 
 
@@ -57,14 +58,21 @@ class TrainRow:
         return cls(turn, prompt_index, trajectory_key, reward)
 
 
-def build_rows(trajectories: list[Trajectory]) -> list[TrainRow]:
-    """Rows of every trainable, non-empty generation (frozen-simulator turns are skipped)."""
+def is_empty_output(text: str) -> bool:
+    """The generated text says nothing once end-of-turn markers and whitespace are stripped."""
+    return not strip_end_markers(text or "").strip()
+
+
+def build_rows(trajectories: list[Trajectory], empty_output_penalty: float = 0.0) -> list[TrainRow]:
+    """Rows of every trainable, non-empty generation (frozen-simulator turns are skipped). A row whose text is
+    empty gets `empty_output_penalty` subtracted from its reward (the reference's invalid-action penalty)."""
     rows: list[TrainRow] = []
     for key, traj in enumerate(trajectories):
         reward = float("nan") if traj.reward is None else float(traj.reward)
         for turn in traj.turns:
             if turn.trainable and turn.response_ids:
-                rows.append(TrainRow(turn, traj.prompt_index, key, reward))
+                penalty = empty_output_penalty if empty_output_penalty and is_empty_output(turn.text) else 0.0
+                rows.append(TrainRow(turn, traj.prompt_index, key, reward - penalty))
     return rows
 
 

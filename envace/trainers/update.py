@@ -13,9 +13,11 @@ engine's own (equal to the recomputation up to float error, so the ratio of the 
 first epoch is 1 and later ones move as the policy does). Token-mean aggregation is global over the whole
 mini-batch, not per micro-batch: each micro-batch's mean is rescaled by its share of the mini-batch's
 tokens (rows for the seq-mean modes), so the result depends neither on the micro-batch size nor on the
-packing. Per-role metrics are the loss function's own (approx KL, ratio mean, clip and dual-clip
-fractions), token-weighted over all optimizer steps, plus entropy, reference KL, and the gradient noise
-scale (`envace.trainers.noise_scale`, first epoch: the on-policy gradient; the step then runs a random half
+packing. Rows without a score (NaN reward: a judge error) are left out before packing, so neither their
+tokens nor their rows count in any aggregation's denominator (KL and entropy terms included). Per-role
+metrics are the loss function's own (approx KL, ratio mean, clip and dual-clip fractions), token-weighted
+over all optimizer steps, plus entropy, reference KL, and the gradient noise scale
+(`envace.trainers.noise_scale`, first epoch: the on-policy gradient; the step then runs a random half
 of its prompts' micro-batches before the other half).
 """
 
@@ -91,11 +93,13 @@ def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
 
 class _Updater:
     def __init__(self, model, optimizer, rows, algo: AlgoConfig, pad_id, micro_batch, max_tokens, grad_clip, ref,
-                 full_logits, seed: int = 0):
+                 full_logits, seed: int = 0, clip_per_role: bool = False):
         self.model, self.optimizer, self.rows, self.algo = model, optimizer, rows, algo
         self.pad_id, self.micro_batch, self.max_tokens, self.grad_clip, self.ref = (pad_id, micro_batch, max_tokens,
                                                                                     grad_clip, ref)
         self.full_logits = full_logits
+        self.clip_per_role = clip_per_role
+        self.role_grad_norms: dict[str, list[float]] = defaultdict(list)
         self.loss_fn = POLICY_LOSSES.get(algo.loss)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.device = next(model.parameters()).device
@@ -130,6 +134,7 @@ class _Updater:
         half_grad: dict[tuple[str, int], torch.Tensor] = {}  # (role or "all", half) -> summed share-weighted grad
         half_share: dict[tuple[str, int], float] = defaultdict(float)
         half_prompts: dict[tuple[str, int], set[int]] = defaultdict(set)
+        role_grad: dict[str, torch.Tensor] = {}  # clip_per_role: each role's summed gradient
         total_loss = 0.0
         step_sums: dict[str, float] = defaultdict(float)
         for half, mb in mbs:
@@ -167,15 +172,21 @@ class _Updater:
                 s["logprob"] += float((logp * mask).sum())
                 if kl is not None:
                     s["kl"] += float((kl * mask).sum())
-            if track:
+            if track or self.clip_per_role:
                 flat = _flat_grad(self.params)
                 delta = flat if prev is None else flat - prev
                 prev = flat
+            if self.clip_per_role:
+                role_grad[role] = delta if role not in role_grad else role_grad[role] + delta
+            if track:
                 for key in ((role, half), ("all", half)):
                     half_grad[key] = delta if key not in half_grad else half_grad[key] + delta
                     half_share[key] += share
                     half_prompts[key].update(r.prompt_index for r in rows)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip))
+        if self.clip_per_role:
+            grad_norm = self._clip_roles(role_grad)
+        else:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip))
         if track:
             for role in {k[0] for k in half_grad}:
                 if (role, 0) in half_grad and (role, 1) in half_grad:
@@ -187,6 +198,22 @@ class _Updater:
         return StepStats(epoch=epoch, mini_batch=index, loss=total_loss, grad_norm=grad_norm, rows=n_rows,
                          tokens=n_tok, metrics={k: v / max(n_tok, 1) for k, v in step_sums.items()})
 
+    def _clip_roles(self, role_grad: dict[str, torch.Tensor]) -> float:
+        """Clip each role's gradient to grad_clip on its own and write their sum back; the pre-clip norm of the
+        sum is returned (what the global clip would report)."""
+        total = torch.zeros_like(next(iter(role_grad.values())))
+        for role, g in role_grad.items():
+            norm = float(g.norm())
+            self.role_grad_norms[role].append(norm)
+            total += g * min(1.0, self.grad_clip / (norm + 1e-6))
+        pre = float(sum(role_grad.values()).norm())
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad = total[offset: offset + n].view_as(p).clone()
+            offset += n
+        return pre
+
     def role_metrics(self) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
         for role, s in self.sums.items():
@@ -196,6 +223,8 @@ class _Updater:
             if self.ref is not None:
                 vals["kl"] = s["kl"] / w
             vals.update(self.role_noise[role].summary() if role in self.role_noise else {})
+            if self.role_grad_norms.get(role):
+                vals["grad_norm"] = sum(self.role_grad_norms[role]) / len(self.role_grad_norms[role])
             out[role] = vals
         return out
 
@@ -215,11 +244,13 @@ def _reference_logprobs(ref_model, packs: list[Pack], rows: list[TrainRow], pad_
 def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows: list[TrainRow],
                   algo: AlgoConfig, *, pad_id: int, micro_batch: int, grad_clip: float,
                   ref_model: torch.nn.Module | None = None, seed: int = 0, max_tokens: int | None = None,
-                  full_logits: bool = False) -> UpdateResult:
+                  full_logits: bool = False, clip_per_role: bool = False) -> UpdateResult:
     """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps on `rows` (a forward takes at most
     `micro_batch` sequences and `max_tokens` padded tokens). `seed` orders the mini-batches; `full_logits`
-    forces the reference full-vocabulary head."""
+    forces the reference full-vocabulary head. Rows whose reward is NaN (unscored) are not trained on.
+    `clip_per_role`: each role's gradient is clipped to `grad_clip` on its own before they are added."""
     model.train()
+    rows = [r for r in rows if r.reward == r.reward]  # unscored (NaN): out of every denominator
     mode = PackMode(algo.pack)
     if mode is PackMode.TREE and tree_mask_kind(model) is None:
         mode = PackMode.CHAIN  # the attention implementation takes no explicit mask
@@ -229,7 +260,8 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
     ref = None
     if algo.use_kl and ref_model is not None:
         ref = _reference_logprobs(ref_model, packs, rows, pad_id, micro_batch, max_tokens, full_logits)
-    upd = _Updater(model, optimizer, rows, algo, pad_id, micro_batch, max_tokens, grad_clip, ref, full_logits, seed)
+    upd = _Updater(model, optimizer, rows, algo, pad_id, micro_batch, max_tokens, grad_clip, ref, full_logits, seed,
+                   clip_per_role)
     rng = random.Random(seed)
     steps: list[StepStats] = []
     for epoch in range(algo.ppo_epochs):

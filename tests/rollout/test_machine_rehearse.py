@@ -99,10 +99,8 @@ def test_rehearse_prompt_holds_few_shot_unless_disabled(tokenizer, tasks, kit):
 @pytest.mark.parametrize("rehearse_text, parse_error, obs_error", [
     ("I think it is 5.", ErrorCode.NO_EXECUTION_RESULT_TAG, ErrorCode.NO_EXECUTION_RESULT_TAG),
     ("<execution_result>\n{oops}\n</execution_result>", ErrorCode.RESULT_JSON_DECODE, ErrorCode.RESULT_JSON_DECODE),
-    ('<execution_result>\n{"error_tool_call": {"code": "INVALID_PARAMETERS", "message": "m"}}\n</execution_result>',
-     None, ErrorCode.REHEARSED_ERROR),
 ])
-def test_a_rehearsed_error_ends_the_episode(tokenizer, tasks, kit, rehearse_text, parse_error, obs_error):
+def test_unparseable_rehearse_output_ends_the_episode(tokenizer, tasks, kit, rehearse_text, parse_error, obs_error):
     engine = kit.ScriptedEngine(tokenizer, act=[kit.call_text("get_stock", item="apple"), "never reached"],
                                 rehearse=rehearse_text)
     (traj,) = run_rollout(tasks[:1], k=1, policy=engine, cfg=_cfg(), mode=Mode.REHEARSE)
@@ -111,16 +109,44 @@ def test_a_rehearsed_error_ends_the_episode(tokenizer, tasks, kit, rehearse_text
     reh = traj.turns[1]
     assert reh.parse_error is parse_error and reh.observation.error is obs_error
     assert traj.messages[-1].role == "tool" and "error_tool_call" in traj.messages[-1].content
+    # rehearse_parse_failure=observe: Act sees the parser's error object and goes on
+    engine = kit.ScriptedEngine(tokenizer, act=[kit.call_text("get_stock", item="apple"), "gave up"],
+                                rehearse=rehearse_text)
+    (traj,) = run_rollout(tasks[:1], k=1, policy=engine, cfg=_cfg(rehearse_parse_failure="observe"),
+                          mode=Mode.REHEARSE)
+    assert [t.role for t in traj.turns][:3] == [A, R, A] and traj.messages[4] == Message("assistant", "gave up")
+
+
+REHEARSED_ERROR = ('<execution_result>\n{"error_tool_call": {"code": "INVALID_PARAMETERS", "message": "m"}}\n'
+                   "</execution_result>")
+
+
+@pytest.mark.parametrize("rule, ends", [("continue", None), ("end", TerminationReason.ERROR_OBSERVATION),
+                                        ("end_rehearsed", TerminationReason.REHEARSE_ERROR)])
+def test_a_rehearsed_error_follows_the_error_observation_rule(tokenizer, tasks, kit, rule, ends):
+    """Default (continue): Act sees the rehearsed error and goes on, as it does after a real one."""
+    engine = kit.ScriptedEngine(tokenizer, act=[kit.call_text("get_stock", item="apple"), "sorry"],
+                                rehearse=REHEARSED_ERROR)
+    (traj,) = run_rollout(tasks[:1], k=1, policy=engine, cfg=_cfg(error_observation=rule), mode=Mode.REHEARSE)
+    reh = traj.turns[1]
+    assert reh.parse_error is None and reh.observation.error is ErrorCode.REHEARSED_ERROR
+    assert traj.messages[3].role == "tool" and "error_tool_call" in traj.messages[3].content
+    if ends is None:
+        assert [t.role for t in traj.turns][:3] == [A, R, A] and traj.messages[4] == Message("assistant", "sorry")
+        assert traj.termination is not TerminationReason.REHEARSE_ERROR
+    else:
+        assert traj.termination is ends and [t.role for t in traj.turns] == [A, R]
 
 
 def test_a_malformed_act_call_ends_a_rehearsed_episode(tokenizer, tasks, kit):
-    """The reference rule (invalid_call unset) and invalid_call="end"."""
+    """invalid_call="end" ends it; the default (observe) shows the parser's error to Act instead."""
     bad = kit.call_text("add_stock", item="apple", qty="three")
     engine = kit.ScriptedEngine(tokenizer, act=[bad], rehearse=None)  # Rehearse must never be asked
     ended = run_rollout(tasks[:1], k=1, policy=engine, cfg=_cfg(invalid_call="end"), mode=Mode.REHEARSE)
     assert ended[0].termination is TerminationReason.INVALID_TOOL_CALL
-    (traj,) = run_rollout(tasks[:1], k=1, policy=engine, cfg=_cfg(), mode=Mode.REHEARSE)
+    (traj,) = run_rollout(tasks[:1], k=1, policy=engine, cfg=_cfg(invalid_call="end"), mode=Mode.REHEARSE)
     assert traj.termination is TerminationReason.INVALID_TOOL_CALL
+    assert RolloutConfig().invalid_call == "observe"  # the default: the same rule in every mode
     (act,) = traj.turns
     assert act.parse_error is ErrorCode.INVALID_PARAMETERS and act.tool_calls == []
     assert traj.messages[-2] == Message("assistant", bad)
@@ -130,7 +156,7 @@ def test_a_malformed_act_call_ends_a_rehearsed_episode(tokenizer, tasks, kit):
 
 @pytest.mark.parametrize("mode", [Mode.REHEARSE, Mode.ENV])
 def test_a_malformed_act_call_is_an_error_observation_in_every_mode_with_observe(tokenizer, tasks, kit, mode):
-    """invalid_call="observe" (what `envace train` uses): the parser's error message, then Act tries again,
+    """invalid_call="observe" (the default): the parser's error message, then Act tries again,
     alike in rehearse and env mode; Rehearse and the world never see the malformed call."""
     bad = kit.call_text("add_stock", item="apple", qty="three")
     engine = kit.ScriptedEngine(tokenizer, act=[bad, "done"], rehearse=None)

@@ -300,3 +300,20 @@ def test_bad_arguments_are_rejected(tasks, kit, tokenizer):
             tts_rollout(tasks, engine, CFG, n, "parallel", kit.ShopEnv, seed=0)
     with pytest.raises(ValueError, match="not one of"):
         tts_rollout(tasks, engine, CFG, 2, "beam", kit.ShopEnv, seed=0)
+
+
+@pytest.mark.parametrize("n, mode", [(1, "parallel"), (2, "sequential")])
+def test_committed_runs_share_the_plain_runs_seeds(tasks, tokenizer, kit, mark_private, n, mode):
+    """Common random numbers: attempt a's committed episode at N >= 1 samples every Act call with the seed of
+    sample a of the N = 0 run (same task, same position), so N vs 0 differs only by the rehearsal memory."""
+    plain = scripted(kit, tokenizer)
+    mark_private(plain)
+    tts_rollout(tasks, plain, CFG, 0, mode, kit.ShopEnv, seed=9, k=3, options=OPTS)
+    engine = scripted(kit, tokenizer)
+    mark_private(engine)
+    tts_rollout(tasks, engine, CFG, n, mode, kit.ShopEnv, seed=9, k=3, options=OPTS)
+    plain_seeds = sorted(r.seed for _, r in first_act_requests(plain, False))
+    commit_seeds = sorted(r.seed for _, r in first_act_requests(engine, False))
+    assert len(commit_seeds) == 3 * len(tasks) and commit_seeds == plain_seeds
+    private = {r.seed for _, r, p in engine.requests if p}
+    assert private.isdisjoint(plain_seeds)  # the private phase draws its own numbers

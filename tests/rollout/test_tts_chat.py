@@ -114,8 +114,13 @@ def test_a_reply_the_policy_marked_malformed_is_an_invalid_call(kit):
                 return super().reply(messages, tools, seed=seed, context=context)
             return AssistantReply(content="<tool_call>{oops", parse_error=ErrorCode.JSON_DECODE, detail="bad")
 
-    (phase,) = rehearse_chat(Broken(), MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0).phases
+    end = chat_rollout_config(Broken(), max_steps=8).model_copy(update={"invalid_call": "end"})
+    (phase,) = rehearse_chat(Broken(), MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0, cfg=end).phases
     assert phase.rehearsals[0].termination is TerminationReason.INVALID_TOOL_CALL
+    # the default (observe): the parser's error is shown and the policy keeps trying, as with a real world
+    (phase,) = rehearse_chat(Broken(), MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0).phases
+    ep = phase.rehearsals[0]
+    assert ep.termination is TerminationReason.MAX_TURNS and len(ep.turns_of(Role.ACT)) > 1
 
 
 def test_tts_policy_rehearses_per_episode_and_commits_with_memory(kit):

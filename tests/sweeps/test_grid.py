@@ -76,7 +76,7 @@ def test_all_excluded_and_colliding_dirs_are_errors():
         expand_cells(make(axes={"v": {"a b": [], "a-b": []}}))
 
 
-@pytest.mark.parametrize("name, n_cells", [("paper_ablations", 27), ("tts", 42), ("example_two_cell", 2)])
+@pytest.mark.parametrize("name, n_cells", [("paper_ablations", 36), ("tts", 42), ("example_two_cell", 2)])
 def test_shipped_sweeps_expand_and_every_cell_config_validates(name, n_cells):
     cfg = load_config(SweepConfig, REPO / "configs" / "sweeps" / f"{name}.yaml")
     cells = expand_cells(cfg)
@@ -97,6 +97,13 @@ def test_paper_ablations_cover_the_papers_switches():
     assert by_group["variant=kl_on"].algo.use_kl is True and by_group["variant=envace"].algo.use_kl is False
     assert by_group["variant=rehearse_t0.01"].rollout.rehearse.temperature == 0.01
     assert by_group["variant=envace"].rollout.rehearse.temperature == 1.0
+    assert by_group["variant=envace_clip_per_role"].optim.grad_clip_per_role is True
+    assert by_group["variant=envace"].optim.grad_clip_per_role is False
+    assert cfg.sft["errors"].error_demos > 0 and cfg.sft["default"].error_demos == 0
+    assert by_group["variant=envace_error_demos"].model == str(cfg.sft["errors"].model_dir())
+    # one rollout contract: every cell (9 trained arms, 3 base rows) ends its episodes by the same rules
+    rules = {g: c.rollout.rule_values() for g, c in by_group.items()}
+    assert len(rules) == 12 and len({tuple(sorted(r.items())) for r in rules.values()}) == 1
 
 
 def test_paper_ablations_build_their_sft_and_evaluate_base_rows():

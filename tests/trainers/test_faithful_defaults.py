@@ -52,7 +52,9 @@ def test_training_arms_handle_malformed_calls_alike():
         assert TrainConfig.model_validate({"model": "m", "rollout": {"mode": mode}}).rollout.invalid_call == "observe"
         cfg = TrainConfig.model_validate({"model": "m", "rollout": {"mode": mode, "invalid_call": "end"}})
         assert cfg.rollout.invalid_call == "end"
-    assert RolloutConfig().invalid_call is None  # outside training: the reference's per-mode rule
+    # outside training too: one rule set for every mode (envace.config.EpisodeRules)
+    assert RolloutConfig().rule_values() == {"invalid_call": "observe", "error_observation": "continue",
+                                             "rehearse_parse_failure": "end", "rehearse_context": "every_mode"}
 
 
 def test_test_tasks_can_take_their_few_shot_from_the_training_sample():

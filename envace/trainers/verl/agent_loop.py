@@ -116,4 +116,4 @@ class EnvaceAgentLoop(_agent_loop.AgentLoopBase):
             logger.warning("%d of %d calls of %s came back without log-probs; set rollout.calculate_log_probs=true",
                            engine.stats.missing_logprobs, engine.stats.calls, task.uuid)
         return episode_outputs(result, trajectory_id=f"{uid}_{session}", response_length=self.response_length,
-                               generation=engine.stats)
+                               generation=engine.stats, empty_output_penalty=self.settings.empty_output_penalty)

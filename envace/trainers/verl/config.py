@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from envace.config import BaseConfig, ConfigError
+from envace.config import BaseConfig, ConfigError, EpisodeRules
 
 LOOP_SECTION = "envace"  # top-level key of the Hydra config holding LoopSettings
 class EndpointConfig(BaseConfig):
@@ -33,8 +33,9 @@ class RoleSampling(BaseConfig):
     max_tokens: int | None = Field(None, ge=1, description="Most tokens a call writes; None = rollout.response_length.")
 
 
-class LoopSettings(BaseConfig):
-    """The `envace:` section of the verl config: rollout mode, role sampling, limits, reward, endpoints."""
+class LoopSettings(EpisodeRules):
+    """The `envace:` section of the verl config: rollout mode, role sampling, limits, reward, endpoints, and
+    the episode rules (`envace.invalid_call`, ...: the embedded rollout's own switches, envace.config)."""
 
     mode: Literal["rehearse", "env", "simulator"] = Field(
         "rehearse", description="Observation source: rehearse (EnvACE), env (real tool world), simulator (act-only).")
@@ -63,6 +64,8 @@ class LoopSettings(BaseConfig):
     ppo_mini_batches: int = Field(1, ge=1, description="With single_update: the step's rows split into this many "
                                                        "equal mini-batches (set from the launch config's "
                                                        "ppo_mini_batches).")
+    empty_output_penalty: float = Field(0.0, ge=0, description="Subtracted from the reward of a row with empty text "
+                                                               "(reference: 0.1; embedded: algo.empty_output_penalty).")
     seed: int = Field(0, description="Sampling seeds derive from (seed, step, prompt index, sample, role, call).")
     threads: int = Field(256, ge=1, description="Episode threads per agent-loop worker (mostly waiting on the server).")
 

@@ -12,7 +12,11 @@ temperature; 1.0 for a greedy call) for the trainer's per-row log-probs. Frozen-
 
 An unscored episode (judge failure) gets `reward_score` 0.0 so verl's metrics stay finite, with
 `extra_fields["envace_scored"] = False`: envace's trainer leaves such rows out of the group baselines
-and gives them advantage 0 (verl's generic estimators would count them as 0).
+and gives them advantage 0 (verl's generic estimators would count them as 0), and their response mask is
+all 0, so verl's loss (`agg_loss` over `loss_mask` = `response_mask`, fully masked rows skipped) counts
+neither their tokens nor their rows in any denominator, as the embedded update leaves them out. A row
+whose text is empty gets `envace.empty_output_penalty` subtracted from its `reward_score` (the reference's
+invalid-action penalty; 0 = off, as `algo.empty_output_penalty` on the embedded trainer).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from envace.engines.base import GenerationEngine, logprob_temperature
 from envace.rewards import JudgeSettings, LLMJudge
 from envace.rollout import run_rollout
 from envace.trainers.rewarding import RewardScorer
+from envace.trainers.train_rows import is_empty_output
 from envace.trainers.verl.config import LoopSettings
 from envace.types import Environment, Mode, Task, Trajectory
 
@@ -44,7 +49,7 @@ class EpisodeResult:
 def rollout_config(settings: LoopSettings, sampling_params: dict[str, Any], *, response_length: int,
                    prompt_length: int, max_model_len: int | None = None) -> RolloutConfig:
     """envace's RolloutConfig for one session: role sampling = verl's per-call parameters overridden by
-    the roles' own settings; limits from the rollout lengths."""
+    the roles' own settings; limits from the rollout lengths; the episode rules copied from the settings."""
     base_t = float(sampling_params.get("temperature", 1.0))
     base_p = float(sampling_params.get("top_p", 1.0))
     if base_p <= 0 or base_p > 1:
@@ -61,7 +66,8 @@ def rollout_config(settings: LoopSettings, sampling_params: dict[str, Any], *, r
     return RolloutConfig(mode=settings.mode, act=role(settings.act), rehearse=role(settings.rehearse),
                          max_assistant_turns=settings.max_assistant_turns,
                          max_calls_per_turn=settings.max_calls_per_turn, max_context_tokens=max(32, limit),
-                         few_shot=settings.few_shot, rehearse_style=settings.rehearse_style)
+                         few_shot=settings.few_shot, rehearse_style=settings.rehearse_style,
+                         **settings.rule_values())  # the episode rules: the embedded trainer's switches
 
 
 _JUDGES: dict[str, LLMJudge] = {}
@@ -116,7 +122,7 @@ def _world_environment() -> Environment:
 
 
 def episode_outputs(result: EpisodeResult, *, trajectory_id: str, response_length: int,
-                    generation: Any = None) -> list[Any]:
+                    generation: Any = None, empty_output_penalty: float = 0.0) -> list[Any]:
     """One verl `AgentLoopOutput` per trainable role call of the episode, in generation order."""
     from envace.trainers.verl.deps import require
 
@@ -145,8 +151,9 @@ def episode_outputs(result: EpisodeResult, *, trajectory_id: str, response_lengt
             "min_global_steps": getattr(generation, "min_global_steps", None),
             "max_global_steps": getattr(generation, "max_global_steps", None),
         }
+        penalty = empty_output_penalty if scored and empty_output_penalty and is_empty_output(turn.text) else 0.0
         outputs.append(agent_loop.AgentLoopOutput(
-            prompt_ids=list(turn.prompt_ids), response_ids=ids, response_mask=[1] * len(ids),
-            response_logprobs=logprobs, reward_score=reward, num_turns=len(traj.messages),
+            prompt_ids=list(turn.prompt_ids), response_ids=ids, response_mask=[int(scored)] * len(ids),
+            response_logprobs=logprobs, reward_score=reward - penalty, num_turns=len(traj.messages),
             metrics=metrics.model_copy(), extra_fields=extra))
     return outputs
