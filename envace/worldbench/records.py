@@ -12,7 +12,8 @@ one (τ²'s "Error: ..." text, BFCL's "Error during execution: ...") becomes
 `{"error_tool_call": {"code": "TOOL_ERROR", "message": <text>}}` (envace's error object), and any other
 response (a plain string, a number, an empty object) becomes `{"result": <value>}`.
 
-`is_error_value` is the prediction side of error agreement: a value is an error when it is (or, for a
+`is_error_value` (envace.execution_result's, the predicate the episode rules, the checklist and fidelity
+use) is the prediction side of error agreement: a value is an error when it is (or, for a
 list, holds) an object with an `error_tool_call` or `error` key; the builder's tests check that it agrees
 with every environment's own error signal on every recorded response.
 """
@@ -28,8 +29,6 @@ from typing import Any
 
 from envace.execution_result import ERROR_KEY
 from envace.types import ErrorCode
-
-ERROR_KEYS = (ERROR_KEY, "error")
 
 
 class Source(str, Enum):
@@ -68,16 +67,6 @@ def target_value(response: str, is_error: bool) -> Any:
     if is_error:
         return {ERROR_KEY: {"code": ErrorCode.TOOL_ERROR.value, "message": response}}
     return {"result": parsed if ok else response}
-
-
-def is_error_value(value: Any) -> bool:
-    """Whether a (parsed) response value is an error: an object with an `error_tool_call` or `error` key,
-    or a list holding one."""
-    if isinstance(value, dict):
-        return any(k in value for k in ERROR_KEYS)
-    if isinstance(value, list):
-        return any(isinstance(v, dict) and any(k in v for k in ERROR_KEYS) for v in value)
-    return False
 
 
 @dataclass

@@ -9,7 +9,7 @@ envace.execution_result, so a reference row and a model are read the same way):
 - `shape`: same keys and JSON types, recursively (envace.fidelity.shape_of; list elements as a set);
 - `leaf_f1`: F1 between the multisets of flattened `path=value` leaves (envace.fidelity.field_f1);
 - `real_error` / `pred_error`: the environment's own error signal / the prediction parsed to an error
-  value (envace.worldbench.records.is_error_value); an invalid prediction predicts no error.
+  value (envace.execution_result.is_error_value); an invalid prediction predicts no error.
 Aggregates (per source, per source/domain, per source/tool, per source/kind, and overall): the means of
 the first four, and error precision (of predicted errors, the share that were real errors) and recall
 (of real errors, the share predicted), pooled over the group; None where a denominator is 0. Intervals:
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from envace.execution_result import parse_execution_result
+from envace.execution_result import is_error_value, parse_execution_result
 from envace.fidelity import score_parsed
-from envace.worldbench.records import Transition, is_error_value
+from envace.worldbench.records import Transition
 
 MEANS = ("json_valid", "exact", "shape", "leaf_f1")
 RATES = ("error_precision", "error_recall")

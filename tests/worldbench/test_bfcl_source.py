@@ -15,9 +15,10 @@ import json
 
 import pytest
 
+from envace.execution_result import is_error_value
 from envace.worldbench.build import counts, record_source
 from envace.worldbench.config import BuildConfig
-from envace.worldbench.records import CallKind, Source, Split, is_error_value
+from envace.worldbench.records import CallKind, Source, Split
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from envace.worldbench.records import CallKind, Source, Split, Transition, is_error_value, target_value
+from envace.execution_result import is_error_value
+from envace.worldbench.records import CallKind, Source, Split, Transition, target_value
 from envace.worldbench.score import aggregate, score_transition, summarize
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import pytest
 
+from envace.execution_result import is_error_value
 from envace.worldbench.build import counts, record_source
 from envace.worldbench.config import BuildConfig
-from envace.worldbench.records import CallKind, Source, is_error_value
+from envace.worldbench.records import CallKind, Source
 
 pytestmark = pytest.mark.slow
 

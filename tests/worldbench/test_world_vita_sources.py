@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from envace.execution_result import is_error_value
 from envace.worldbench.build import build, record_source
 from envace.worldbench.config import BuildConfig
-from envace.worldbench.records import CallKind, Source, Split, is_error_value, read_transitions
+from envace.worldbench.records import CallKind, Source, Split, read_transitions
 from envace.worlds.generator import generate_tasks, held_out_pairs, task_pairs
 
 VITA = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "vitabench"
