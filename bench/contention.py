@@ -1,0 +1,298 @@
+"""How much a busy neighbour slows the demo's SFT step and an RL step: alone vs beside other processes,
+under several thread policies, as slowdown ratios against the same policy's solo time in the same run.
+
+    flock /tmp/envace-heavy.lock nice -n 5 .venv/bin/python bench/contention.py [--work sft rl] \
+        [--policies legacy envace] [--rounds 2] [--steps 8]
+
+Work (one process per job, each its own Python; the model is the demo's tiny Qwen3, built once and
+cached under --cache):
+- `sft`: one step of the demo's SFT (16 sequences drawn as `envace.trainers.sft` draws them, forward,
+  masked cross-entropy, backward, clip, AdamW);
+- `rl`: one embedded RL step (`make_engine` generates prompts x k completions at T=1, then
+  `envace.trainers.update.policy_update`).
+Scenarios, each timed for the target job's `--steps` steps after warm-up, while every other process of
+the scenario is running its own steps:
+- `alone`;
+- `busy`: beside a pure-Python busy loop (nice 10, as a user's unrelated job);
+- `torch1`: beside a second torch process at one thread (nice 10; the SFT step in a loop, as an
+  `envace eval ... threads=1` would be);
+- `pair`: two processes of the same work side by side at the policy's default threads (two sweep
+  cells); both are timed, the slower one is reported.
+Policies: `legacy` is torch's default (threads = cores, OpenMP's default waiting), what an envace entry
+point did before it had a thread policy; `envace` is `envace.cpu_threads.apply_thread_policy()` before
+torch is imported (what every envace entry point runs); `t1` / `passive` / `t1-passive` are the
+experiment's single changes (one thread; OMP_WAIT_POLICY=PASSIVE; both) that isolate the mechanism.
+Printed: per round the median step time per (work, policy, scenario) and the ratio to that round's
+`alone`; then the median ratio over rounds, and each policy's solo time against `legacy` alone. The
+machine this ran on may be shared: rounds interleave every scenario so load drift hits all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ("alone", "busy", "torch1", "pair")
+POLICIES = {  # name -> environment given to the job before Python starts, and whether it runs the envace policy
+    "legacy": ({}, False),
+    "envace": ({}, True),
+    "t1": ({"ENVACE_BENCH_THREADS": "1"}, False),
+    "passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, False),
+    "t1-passive": ({"ENVACE_BENCH_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}, False),
+}
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
+               "ENVACE_THREADS", "ENVACE_BENCH_THREADS")
+
+
+# ----- jobs (run in their own process: `contention.py job SPEC_JSON`) ------------------------------------
+
+def _build_model(cache: Path) -> Path:
+    from envace.models.corpus import world_corpus
+    from envace.models.tiny import TinyModelConfig, init_tiny_model
+
+    model = cache / "tiny"
+    if not (model / "config.json").is_file():
+        init_tiny_model(world_corpus(600, seed=0), model, TinyModelConfig(seed=0))  # the demo's model
+    return model
+
+
+class SFTWork:
+    def __init__(self, model_dir: Path) -> None:
+        import random
+
+        import torch
+
+        from envace.data.config import DataConfig
+        from envace.data.tasks import load_tasks
+        from envace.models.loading import load_policy
+        from envace.trainers.config import SFTConfig
+        from envace.trainers.sft import build_samples
+
+        self.cfg = SFTConfig(model=str(model_dir), data=DataConfig(n_tasks=300, seed=0))
+        self.model, self.tok = load_policy(model_dir, device="cpu")
+        self.acts, self.rehs = build_samples(load_tasks(self.cfg.data), self.tok, self.cfg)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.rng = random.Random(0)
+        self.model.train()
+
+    def step(self) -> None:
+        import torch
+
+        from envace.trainers.sft import collate, draw_batch
+
+        ids, att, labels = collate(draw_batch(self.acts, self.rehs, self.cfg, self.rng), self.tok.pad_token_id)
+        logits = self.model(input_ids=ids, attention_mask=att).logits[:, :-1]
+        tgt = labels[:, 1:]
+        per_tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
+                                                    ignore_index=-100, reduction="none").view(tgt.shape)
+        mask = (tgt != -100).float()
+        loss = (per_tok * mask).sum() / mask.sum().clamp(min=1)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+
+
+class RLWork:
+    def __init__(self, model_dir: Path, prompts: int = 8, k: int = 4, new: int = 48) -> None:
+        import torch
+
+        from envace.engines.factory import make_engine
+        from envace.models.corpus import world_corpus
+        from envace.models.loading import load_policy
+        from envace.trainers.config import AlgoConfig
+
+        self.model, self.tok = load_policy(model_dir, device="cpu")
+        self.engine = make_engine(self.model, self.tok, "cpu")
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-5, weight_decay=0.0)
+        self.algo = AlgoConfig(advantage="grpo", norm_std=True, loss="ppo_clip", agg="token-mean",
+                               grad_noise_scale=False)
+        corpus = list(world_corpus(100, seed=1))
+        users = [" ".join(corpus[i * 4:(i + 1) * 4])[:600] for i in range(prompts)]
+        self.prompts = [self.tok.encode(self.tok.apply_chat_template([{"role": "user", "content": u}], tokenize=False,
+                                                                     add_generation_prompt=True),
+                                        add_special_tokens=False) for u in users]
+        self.k, self.new, self.calls = k, new, 0
+
+    def step(self) -> None:
+        import torch
+
+        from envace.engines.base import GenRequest
+        from envace.trainers.train_rows import TrainRow
+        from envace.trainers.update import policy_update
+        from envace.types import Role
+
+        self.calls += 1
+        k = self.k
+        reqs = [GenRequest(p, temperature=1.0, max_new_tokens=self.new, seed=self.calls * 1000 + i * k + j)
+                for i, p in enumerate(self.prompts) for j in range(k)]
+        self.model.eval()
+        with torch.inference_mode():
+            out = self.engine.generate(reqs)
+        rewards = torch.tensor([sum(c.isdigit() for c in o.text) / max(len(o.text), 1) for o in out]).view(-1, k)
+        adv = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)).flatten()
+        rows = [TrainRow.standalone(role=Role.ACT, prompt_ids=r.prompt_ids, response_ids=o.token_ids,
+                                    old_logprobs=o.logprobs, temperature=1.0, prompt_index=n // k, trajectory_key=n,
+                                    reward=float(rewards.flatten()[n]), advantage=float(adv[n]))
+                for n, (r, o) in enumerate(zip(reqs, out))]
+        policy_update(self.model, self.opt, rows, self.algo, pad_id=self.tok.pad_token_id, micro_batch=16,
+                      grad_clip=1.0)
+
+
+def run_job(spec: dict) -> None:
+    """Warm up, say ready, wait for the go file, time `steps` steps (write them), then keep stepping until killed
+    (so that the other processes of the scenario never run beside an idle slot)."""
+    ready, go, result = Path(spec["ready"]), Path(spec["go"]), spec.get("result")
+    if spec["work"] == "busy":
+        ready.touch()
+        while True:
+            pass
+    if spec.get("policy"):
+        from envace.cpu_threads import apply_thread_policy
+
+        apply_thread_policy()
+    import torch
+
+    if os.environ.get("ENVACE_BENCH_THREADS"):
+        torch.set_num_threads(int(os.environ["ENVACE_BENCH_THREADS"]))
+    sys.path.insert(0, str(ROOT))
+    work = (SFTWork if spec["work"] == "sft" else RLWork)(Path(spec["model"]))
+    for _ in range(spec["warmup"]):
+        work.step()
+    ready.touch()
+    while not go.exists():
+        time.sleep(0.02)
+    times, cpu = [], []
+    for _ in range(spec["steps"] if result else 0):
+        t0, c0 = time.perf_counter(), time.process_time()
+        work.step()
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    if result:
+        Path(result).write_text(json.dumps({"times": times, "cpu": cpu, "threads": torch.get_num_threads(),
+                                            "env": {k: os.environ.get(k) for k in THREAD_VARS}}))
+    while True:
+        work.step()
+
+
+# ----- scenarios (the parent) ---------------------------------------------------------------------------
+
+def _env(policy: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}  # the bench's own 1-thread caps stay out
+    env.update(POLICIES[policy][0])
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def run_scenario(work: str, policy: str, scenario: str, args, tmp: Path) -> list[tuple[float, float]]:
+    """(median wall s/step, median process CPU s/step) of each of the scenario's timed jobs."""
+    jobs = [(work, policy, True, 0)]
+    if scenario == "busy":
+        jobs.append(("busy", "legacy", False, 10))
+    elif scenario == "torch1":
+        jobs.append(("sft", "t1", False, 10))
+    elif scenario == "pair":
+        jobs.append((work, policy, True, 0))
+    tag = f"{work}-{policy}-{scenario}-{time.monotonic_ns()}"
+    go = tmp / f"{tag}.go"
+    procs, results, readies = [], [], []
+    try:
+        for i, (w, pol, timed, nice) in enumerate(jobs):
+            spec = {"work": w, "policy": POLICIES[pol][1], "model": str(args.model), "warmup": args.warmup,
+                    "steps": args.steps, "ready": str(tmp / f"{tag}.{i}.ready"), "go": str(go),
+                    "result": str(tmp / f"{tag}.{i}.json") if timed else None}
+            readies.append(Path(spec["ready"]))
+            if timed:
+                results.append(Path(spec["result"]))
+            procs.append(subprocess.Popen([sys.executable, __file__, "job", json.dumps(spec)], env=_env(pol),
+                                          preexec_fn=(lambda n=nice: os.nice(n)) if nice else None,
+                                          start_new_session=True))
+        deadline = time.monotonic() + args.job_timeout
+        while not all(r.exists() for r in readies):
+            _check(procs, deadline)
+            time.sleep(0.1)
+        go.touch()
+        while not all(r.exists() for r in results):
+            _check(procs, deadline)
+            time.sleep(0.1)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    out = [json.loads(r.read_text()) for r in results]
+    return [(statistics.median(o["times"]), statistics.median(o["cpu"])) for o in out]
+
+
+def _check(procs, deadline: float) -> None:
+    for p in procs:
+        if p.poll() is not None:
+            raise RuntimeError(f"a bench job exited with status {p.returncode} before it finished; see its stderr")
+    if time.monotonic() > deadline:
+        raise RuntimeError("a scenario ran past --job-timeout")
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "job":
+        run_job(json.loads(sys.argv[2]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--work", nargs="+", default=["sft", "rl"], choices=["sft", "rl"])
+    ap.add_argument("--policies", nargs="+", default=["legacy", "envace"], choices=list(POLICIES))
+    ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=8, help="timed steps per job")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--job-timeout", type=float, default=900.0)
+    ap.add_argument("--cache", default="/tmp/envace_contention")
+    args = ap.parse_args()
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(ROOT))
+    args.model = _build_model(cache)
+    print(f"cores {os.cpu_count()}, load average at start {os.getloadavg()[0]:.2f} (other processes share the "
+          f"machine unless it is 0)", flush=True)
+    table: dict[tuple[str, str, str], list[float]] = {}
+    cpu: dict[tuple[str, str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(args.rounds):
+            for work in args.work:
+                for policy in args.policies:
+                    for scenario in args.scenarios:
+                        t, c = max(run_scenario(work, policy, scenario, args, Path(tmp)))  # the slower job
+                        table.setdefault((work, policy, scenario), []).append(t)
+                        cpu.setdefault((work, policy, scenario), []).append(c)
+                        base = table[(work, policy, "alone")][-1] if "alone" in args.scenarios else t
+                        print(f"round {rnd} {work:3s} {policy:10s} {scenario:6s} {t:7.3f} s/step  "
+                              f"x{t / base:5.2f} vs alone  (process CPU {c:.3f} s/step, load average "
+                              f"{os.getloadavg()[0]:.1f})", flush=True)
+    print("\nmedian over rounds: s/step, slowdown vs the same policy alone (pair: the slower of the two), speed "
+          "kept (alone / scenario), process CPU s/step (CPU above the solo figure is spent waiting, not working)")
+    for work in args.work:
+        for policy in args.policies:
+            alone = statistics.median(table[(work, policy, "alone")]) if "alone" in args.scenarios else None
+            cells = []
+            for scenario in args.scenarios:
+                ratios = [t / a for t, a in zip(table[(work, policy, scenario)], table[(work, policy, "alone")])] \
+                    if alone else [1.0]
+                r = statistics.median(ratios)
+                cells.append(f"{scenario} {statistics.median(table[(work, policy, scenario)]):.3f}s x{r:.2f} "
+                             f"({100 / r:.0f}%, cpu {statistics.median(cpu[(work, policy, scenario)]):.2f}s)")
+            print(f"{work:3s} {policy:10s} " + " | ".join(cells))
+        if "alone" in args.scenarios and "legacy" in args.policies:
+            leg = statistics.median(table[(work, "legacy", "alone")])
+            print(f"{work:3s} solo step vs legacy alone: " + ", ".join(
+                f"{p} x{statistics.median(table[(work, p, 'alone')]) / leg:.2f}" for p in args.policies))
+
+
+if __name__ == "__main__":
+    main()
