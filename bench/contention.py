@@ -1,8 +1,8 @@
-"""How much a busy neighbour slows the demo's SFT step and an RL step: alone vs beside other processes,
-under several thread policies, as slowdown ratios against the same policy's solo time in the same run.
+"""How much a busy neighbour slows the demo's SFT step and an RL step, under several thread policies: each
+scenario's timed job alternates steps with its neighbour running and stopped, and prints the ratio.
 
     flock /tmp/envace-heavy.lock nice -n 5 .venv/bin/python bench/contention.py [--work sft rl] \
-        [--policies legacy envace] [--rounds 2] [--steps 8]
+        [--policies legacy envace] [--rounds 1] [--steps 6]
 
 Work (one process per job, each its own Python; the model is the demo's tiny Qwen3, built once and
 cached under --cache):
@@ -10,21 +10,23 @@ cached under --cache):
   masked cross-entropy, backward, clip, AdamW);
 - `rl`: one embedded RL step (`make_engine` generates prompts x k completions at T=1, then
   `envace.trainers.update.policy_update`).
-Scenarios, each timed for the target job's `--steps` steps after warm-up, while every other process of
-the scenario is running its own steps:
-- `alone`;
-- `busy`: beside a pure-Python busy loop (nice 10, as a user's unrelated job);
-- `torch1`: beside a second torch process at one thread (nice 10; the SFT step in a loop, as an
+Neighbours (scenarios):
+- `busy`: a pure-Python busy loop (nice 10, as a user's unrelated job);
+- `torch1`: a second torch process at one thread (nice 10; the SFT step in a loop, as an
   `envace eval ... threads=1` would be);
-- `pair`: two processes of the same work side by side at the policy's default threads (two sweep
-  cells); both are timed, the slower one is reported.
-Policies: `legacy` is torch's default (threads = cores, OpenMP's default waiting), what an envace entry
-point did before it had a thread policy; `envace` is `envace.cpu_threads.apply_thread_policy()` before
-torch is imported (what every envace entry point runs); `t1` / `passive` / `t1-passive` are the
-experiment's single changes (one thread; OMP_WAIT_POLICY=PASSIVE; both) that isolate the mechanism.
-Printed: per round the median step time per (work, policy, scenario) and the ratio to that round's
-`alone`; then the median ratio over rounds, and each policy's solo time against `legacy` alone. The
-machine this ran on may be shared: rounds interleave every scenario so load drift hits all of them.
+- `pair`: a second process of the same work at the policy's default threads (two jobs a user started);
+- `cells`: both processes as a sweep with `max_workers: 2` starts its cells (ENVACE_CPU_JOBS=2 in their
+  environment; `legacy` ignores it, as sweeps did before they set it).
+Paired timing: after warm-up the timed job takes 2 x `--steps` steps in the order alone, beside, beside,
+alone, ...; for an `alone` step every neighbour is stopped (SIGSTOP), for a `beside` step resumed
+(SIGCONT). The slowdown is the median beside step over the median alone step of the same process, so
+load from other users of the machine that drifts during the run hits both phases alike (the machine
+these numbers come from may be shared: the load average is printed beside every line).
+Policies: `legacy` is torch's default (threads = cores, OpenMP's default spin-then-sleep waiting), what
+an envace entry point ran with before it had a thread policy; `envace` is
+`envace.cpu_threads.apply_thread_policy()` before torch is imported (what every envace entry point runs);
+`t1` / `passive` / `t1-passive` are single changes that isolate the mechanism (one thread;
+OMP_WAIT_POLICY=PASSIVE; both).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ("alone", "busy", "torch1", "pair")
+SCENARIOS = ("busy", "torch1", "pair", "cells")
 POLICIES = {  # name -> environment given to the job before Python starts, and whether it runs the envace policy
     "legacy": ({}, False),
     "envace": ({}, True),
@@ -50,7 +52,7 @@ POLICIES = {  # name -> environment given to the job before Python starts, and w
     "t1-passive": ({"ENVACE_BENCH_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}, False),
 }
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
-               "ENVACE_THREADS", "ENVACE_BENCH_THREADS")
+               "ENVACE_CPU_JOBS", "ENVACE_BENCH_THREADS")
 
 
 # ----- jobs (run in their own process: `contention.py job SPEC_JSON`) ------------------------------------
@@ -149,8 +151,10 @@ class RLWork:
 
 
 def run_job(spec: dict) -> None:
-    """Warm up, say ready, wait for the go file, time `steps` steps (write them), then keep stepping until killed
-    (so that the other processes of the scenario never run beside an idle slot)."""
+    """Warm up and say ready. A neighbour then steps until killed. The timed job waits for the go file, then
+    takes `2 * steps` steps in the order alone, beside, beside, alone, ... (the neighbours stopped with SIGSTOP
+    for an `alone` step, resumed with SIGCONT for a `beside` step), so machine load that drifts during the run
+    hits both phases alike; it writes both phases' wall and process CPU times."""
     ready, go, result = Path(spec["ready"]), Path(spec["go"]), spec.get("result")
     if spec["work"] == "busy":
         ready.touch()
@@ -169,68 +173,71 @@ def run_job(spec: dict) -> None:
     for _ in range(spec["warmup"]):
         work.step()
     ready.touch()
+    if not result:
+        while True:
+            work.step()
     while not go.exists():
         time.sleep(0.02)
-    times, cpu = [], []
-    for _ in range(spec["steps"] if result else 0):
+    pids = json.loads(go.read_text())
+    out: dict[str, dict[str, list[float]]] = {p: {"wall": [], "cpu": []} for p in ("alone", "beside")}
+    for i in range(2 * spec["steps"]):
+        phase = "beside" if i % 4 in (1, 2) else "alone"
+        for pid in pids:
+            os.killpg(pid, signal.SIGCONT if phase == "beside" else signal.SIGSTOP)
+        time.sleep(0.05)
         t0, c0 = time.perf_counter(), time.process_time()
         work.step()
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    if result:
-        Path(result).write_text(json.dumps({"times": times, "cpu": cpu, "threads": torch.get_num_threads(),
-                                            "env": {k: os.environ.get(k) for k in THREAD_VARS}}))
-    while True:
-        work.step()
+        out[phase]["wall"].append(time.perf_counter() - t0)
+        out[phase]["cpu"].append(time.process_time() - c0)
+    for pid in pids:
+        os.killpg(pid, signal.SIGCONT)
+    Path(result).write_text(json.dumps({**out, "threads": torch.get_num_threads(),
+                                        "env": {k: os.environ.get(k) for k in THREAD_VARS}}))
 
 
 # ----- scenarios (the parent) ---------------------------------------------------------------------------
 
-def _env(policy: str) -> dict[str, str]:
+def _env(policy: str, extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}  # the bench's own 1-thread caps stay out
     env.update(POLICIES[policy][0])
+    env.update(extra)
     env["PYTHONPATH"] = str(ROOT)
     return env
 
 
-def run_scenario(work: str, policy: str, scenario: str, args, tmp: Path) -> list[tuple[float, float]]:
-    """(median wall s/step, median process CPU s/step) of each of the scenario's timed jobs."""
-    jobs = [(work, policy, True, 0)]
-    if scenario == "busy":
-        jobs.append(("busy", "legacy", False, 10))
-    elif scenario == "torch1":
-        jobs.append(("sft", "t1", False, 10))
-    elif scenario == "pair":
-        jobs.append((work, policy, True, 0))
+def run_scenario(work: str, policy: str, scenario: str, args, tmp: Path) -> dict:
+    """The timed job's result: {"alone"|"beside": {"wall"|"cpu": [s per step]}, "threads": n, "env": {...}}."""
+    cells = {"ENVACE_CPU_JOBS": "2"} if scenario == "cells" else {}
+    neighbour = {"busy": ("busy", "legacy", 10, {}), "torch1": ("sft", "t1", 10, {}),
+                 "pair": (work, policy, 0, {}), "cells": (work, policy, 0, cells)}[scenario]
+    jobs = [(*neighbour, False), (work, policy, 0, cells, True)]
     tag = f"{work}-{policy}-{scenario}-{time.monotonic_ns()}"
-    go = tmp / f"{tag}.go"
-    procs, results, readies = [], [], []
+    go, result = tmp / f"{tag}.go", tmp / f"{tag}.json"
+    procs, readies = [], []
     try:
-        for i, (w, pol, timed, nice) in enumerate(jobs):
+        for i, (w, pol, nice, extra, timed) in enumerate(jobs):
             spec = {"work": w, "policy": POLICIES[pol][1], "model": str(args.model), "warmup": args.warmup,
                     "steps": args.steps, "ready": str(tmp / f"{tag}.{i}.ready"), "go": str(go),
-                    "result": str(tmp / f"{tag}.{i}.json") if timed else None}
+                    "result": str(result) if timed else None}
             readies.append(Path(spec["ready"]))
-            if timed:
-                results.append(Path(spec["result"]))
-            procs.append(subprocess.Popen([sys.executable, __file__, "job", json.dumps(spec)], env=_env(pol),
+            procs.append(subprocess.Popen([sys.executable, __file__, "job", json.dumps(spec)], env=_env(pol, extra),
                                           preexec_fn=(lambda n=nice: os.nice(n)) if nice else None,
                                           start_new_session=True))
         deadline = time.monotonic() + args.job_timeout
         while not all(r.exists() for r in readies):
             _check(procs, deadline)
             time.sleep(0.1)
-        go.touch()
-        while not all(r.exists() for r in results):
+        go.write_text(json.dumps([p.pid for p in procs[:-1]]))
+        while not result.exists():
             _check(procs, deadline)
             time.sleep(0.1)
     finally:
         for p in procs:
             if p.poll() is None:
+                os.killpg(p.pid, signal.SIGCONT)
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-    out = [json.loads(r.read_text()) for r in results]
-    return [(statistics.median(o["times"]), statistics.median(o["cpu"])) for o in out]
+    return json.loads(result.read_text())
 
 
 def _check(procs, deadline: float) -> None:
@@ -241,6 +248,10 @@ def _check(procs, deadline: float) -> None:
         raise RuntimeError("a scenario ran past --job-timeout")
 
 
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "job":
         run_job(json.loads(sys.argv[2]))
@@ -249,8 +260,8 @@ def main() -> None:
     ap.add_argument("--work", nargs="+", default=["sft", "rl"], choices=["sft", "rl"])
     ap.add_argument("--policies", nargs="+", default=["legacy", "envace"], choices=list(POLICIES))
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=8, help="timed steps per job")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=6, help="timed steps per phase (alone, beside) of a scenario")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--job-timeout", type=float, default=900.0)
     ap.add_argument("--cache", default="/tmp/envace_contention")
@@ -260,38 +271,35 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     args.model = _build_model(cache)
     print(f"cores {os.cpu_count()}, load average at start {os.getloadavg()[0]:.2f} (other processes share the "
-          f"machine unless it is 0)", flush=True)
-    table: dict[tuple[str, str, str], list[float]] = {}
-    cpu: dict[tuple[str, str, str], list[float]] = {}
+          f"machine unless it is ~0)", flush=True)
+    res: dict[tuple[str, str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(args.rounds):
             for work in args.work:
                 for policy in args.policies:
                     for scenario in args.scenarios:
-                        t, c = max(run_scenario(work, policy, scenario, args, Path(tmp)))  # the slower job
-                        table.setdefault((work, policy, scenario), []).append(t)
-                        cpu.setdefault((work, policy, scenario), []).append(c)
-                        base = table[(work, policy, "alone")][-1] if "alone" in args.scenarios else t
-                        print(f"round {rnd} {work:3s} {policy:10s} {scenario:6s} {t:7.3f} s/step  "
-                              f"x{t / base:5.2f} vs alone  (process CPU {c:.3f} s/step, load average "
-                              f"{os.getloadavg()[0]:.1f})", flush=True)
-    print("\nmedian over rounds: s/step, slowdown vs the same policy alone (pair: the slower of the two), speed "
-          "kept (alone / scenario), process CPU s/step (CPU above the solo figure is spent waiting, not working)")
+                        r = run_scenario(work, policy, scenario, args, Path(tmp))
+                        res.setdefault((work, policy, scenario), []).append(r)
+                        a, b = med(r["alone"]["wall"]), med(r["beside"]["wall"])
+                        print(f"round {rnd} {work:3s} {policy:10s} {scenario:6s} threads {r['threads']}  alone "
+                              f"{a:6.3f} s/step  beside {b:6.3f} s/step  x{b / a:5.2f}  (process CPU alone "
+                              f"{med(r['alone']['cpu']):.3f}, beside {med(r['beside']['cpu']):.3f} s/step; load "
+                              f"average {os.getloadavg()[0]:.1f})", flush=True)
+    print("\nslowdown = beside / alone, the same process's paired steps (median over rounds); kept = the policy's solo "
+          "speed kept beside the neighbour, solo = the policy's default-threads job alone (the alone steps of its "
+          "`pair` scenario; for `cells` this compares a 1-thread cell with a full-machine solo run)")
     for work in args.work:
         for policy in args.policies:
-            alone = statistics.median(table[(work, policy, "alone")]) if "alone" in args.scenarios else None
+            solo = (med([med(r["alone"]["wall"]) for r in res[(work, policy, "pair")]])
+                    if "pair" in args.scenarios else None)
             cells = []
             for scenario in args.scenarios:
-                ratios = [t / a for t, a in zip(table[(work, policy, scenario)], table[(work, policy, "alone")])] \
-                    if alone else [1.0]
-                r = statistics.median(ratios)
-                cells.append(f"{scenario} {statistics.median(table[(work, policy, scenario)]):.3f}s x{r:.2f} "
-                             f"({100 / r:.0f}%, cpu {statistics.median(cpu[(work, policy, scenario)]):.2f}s)")
-            print(f"{work:3s} {policy:10s} " + " | ".join(cells))
-        if "alone" in args.scenarios and "legacy" in args.policies:
-            leg = statistics.median(table[(work, "legacy", "alone")])
-            print(f"{work:3s} solo step vs legacy alone: " + ", ".join(
-                f"{p} x{statistics.median(table[(work, p, 'alone')]) / leg:.2f}" for p in args.policies))
+                rs = res[(work, policy, scenario)]
+                slow = med([med(r["beside"]["wall"]) / med(r["alone"]["wall"]) for r in rs])
+                beside = med([med(r["beside"]["wall"]) for r in rs])
+                kept = f", kept {100 * solo / beside:.0f}%" if solo else ""
+                cells.append(f"{scenario} x{slow:.2f}{kept}")
+            print(f"{work:3s} {policy:10s} " + " | ".join(cells) + (f"  (solo {solo:.3f} s/step)" if solo else ""))
 
 
 if __name__ == "__main__":
