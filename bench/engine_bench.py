@@ -186,6 +186,14 @@ def main() -> None:
         if "HFEngine" in arms and "fast engine" in arms:
             ratio = statistics.median(times[c]["HFEngine"]) / statistics.median(times[c]["fast engine"])
             print(f"  fast engine vs HFEngine: x{ratio:.2f}")
+    if fast is not None:  # same answers on this model: greedy tokens, and sampled log-probs against HFEngine's
+        greedy = [GenRequest(r.prompt_ids, temperature=0.0, max_new_tokens=args.new, seed=r.seed) for r in reqs]
+        same = sum(a.token_ids == b.token_ids for a, b in zip(fast.generate(greedy), hf.generate(greedy)))
+        pairs = list(zip(fast.generate(reqs), hf.generate(reqs)))
+        sampled = sum(a.token_ids == b.token_ids for a, b in pairs)
+        lp = max(abs(x - y) for a, b in pairs if a.token_ids == b.token_ids for x, y in zip(a.logprobs, b.logprobs))
+        print(f"parity: greedy tokens equal HFEngine's on {same}/{len(greedy)} prompts, T=1 samples (same seeds) on "
+              f"{sampled}/{len(reqs)}; their log-probs differ by at most {lp:.1e}")
 
 
 if __name__ == "__main__":
