@@ -14,6 +14,9 @@ Neighbours (scenarios):
 - `busy`: a pure-Python busy loop (nice 10, as a user's unrelated job);
 - `torch1`: a second torch process at one thread (nice 10; the SFT step in a loop, as an
   `envace eval ... threads=1` would be);
+- `stream1`: a one-thread torch process that streams a 512 MB weight matrix through matrix-vector
+  products in a loop (nice 10; the memory traffic of decoding a ~135 M-parameter float32 model such as
+  SmolLM2, without its compute), to tell memory-bandwidth and cache contention from CPU contention;
 - `pair`: a second process of the same work at the policy's default threads (two jobs a user started);
 - `cells`: both processes as a sweep with `max_workers: 2` starts its cells (ENVACE_CPU_JOBS=2 in their
   environment; `legacy` ignores it, as sweeps did before they set it).
@@ -43,7 +46,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ("busy", "torch1", "pair", "cells")
+SCENARIOS = ("busy", "torch1", "stream1", "pair", "cells")
 POLICIES = {  # name -> environment given to the job before Python starts, and whether it runs the envace policy
     "legacy": ({}, False),
     "envace": ({}, True),
@@ -160,6 +163,14 @@ def run_job(spec: dict) -> None:
         ready.touch()
         while True:
             pass
+    if spec["work"] == "stream":
+        import torch
+
+        torch.set_num_threads(1)
+        w, x = torch.randn(8192, 16384), torch.randn(16384)
+        ready.touch()
+        while True:
+            torch.mv(w, x)
     if spec.get("policy"):
         from envace.cpu_threads import apply_thread_policy
 
@@ -209,7 +220,8 @@ def run_scenario(work: str, policy: str, scenario: str, args, tmp: Path) -> dict
     """The timed job's result: {"alone"|"beside": {"wall"|"cpu": [s per step]}, "threads": n, "env": {...}}."""
     cells = {"ENVACE_CPU_JOBS": "2"} if scenario == "cells" else {}
     neighbour = {"busy": ("busy", "legacy", 10, {}), "torch1": ("sft", "t1", 10, {}),
-                 "pair": (work, policy, 0, {}), "cells": (work, policy, 0, cells)}[scenario]
+                 "stream1": ("stream", "t1", 10, {}), "pair": (work, policy, 0, {}),
+                 "cells": (work, policy, 0, cells)}[scenario]
     jobs = [(*neighbour, False), (work, policy, 0, cells, True)]
     tag = f"{work}-{policy}-{scenario}-{time.monotonic_ns()}"
     go, result = tmp / f"{tag}.go", tmp / f"{tag}.json"
