@@ -2,10 +2,14 @@
 
     OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/engine_bench.py            # 64 x 40 from ~200 tokens
     OMP_NUM_THREADS=1 .venv/bin/python bench/engine_bench.py --rows 16 --repeats 3   # quick
+    OMP_NUM_THREADS=1 .venv/bin/python bench/engine_bench.py --model-dir models/smollm2-135m \
+        --rows 8 --prompt-tokens 120 --new 32 --repeats 3          # a real model (`envace model import-smollm2`)
 
 Work: `--rows` prompts of ~`--prompt-tokens` tokens (lengths vary +-10 %), `--new` new tokens each,
 T = 1, top_p = 1, one torch thread, on the project's tiny model built in a temp dir by
-`envace.models.tiny.init_tiny_model` (random weights; the speed does not depend on them). Every arm is
+`envace.models.tiny.init_tiny_model` (random weights; the speed does not depend on them), or the model in
+`--model-dir` (any local HF dir, e.g. SmolLM2-135M; prompts are cut from the same tool-world text in its
+tokenizer); `--arms` leaves arms out (model.generate, the baseline, always runs). Every arm is
 forced to produce exactly `--new` tokens (end-of-sequence ids disabled) so all do the same work. Arms
 run interleaved (rotating order) `--repeats` times; the medians are compared in the same run.
 
@@ -74,14 +78,14 @@ def forward_flops(cfg, prompt_lens: list[int], new: int) -> float:
     return total
 
 
-def build_model(tmp: Path):
+def build_model(tmp: Path, model_dir: str | None = None):
     from envace.models.corpus import world_corpus
     from envace.models.loading import load_policy
     from envace.models.tiny import TinyModelConfig, init_tiny_model
 
     corpus = list(world_corpus(300, seed=0))
-    path = init_tiny_model(corpus, tmp / "tiny", TinyModelConfig())
-    model, tok = load_policy(path, device="cpu")
+    path = model_dir or init_tiny_model(corpus, tmp / "tiny", TinyModelConfig())
+    model, tok = load_policy(path, device="cpu", dtype="float32")
     return model, tok, corpus
 
 
@@ -103,6 +107,9 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model-dir", default=None, help="a local HF model dir (default: the tiny model)")
+    ap.add_argument("--arms", nargs="+", default=["fast", "hf"], choices=["fast", "hf"],
+                    help="engines timed beside model.generate")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -111,11 +118,14 @@ def main() -> None:
     from envace.engines.hf import HFEngine
 
     with tempfile.TemporaryDirectory() as tmp:
-        model, tok, corpus = build_model(Path(tmp))
+        model, tok, corpus = build_model(Path(tmp), args.model_dir)
     prompts = make_prompts(tok, corpus, args.rows, args.prompt_tokens)
     reqs = [GenRequest(p, temperature=1.0, max_new_tokens=args.new, seed=i) for i, p in enumerate(prompts)]
-    fast, hf = FastEngine(model, tok, device="cpu"), HFEngine(model, tok, device="cpu")
-    fast.stop_ids = hf.stop_ids = set()  # same work in every arm: exactly --new tokens per row
+    fast = FastEngine(model, tok, device="cpu") if "fast" in args.arms else None
+    hf = HFEngine(model, tok, device="cpu")
+    for engine in (fast, hf):  # same work in every arm: exactly --new tokens per row
+        if engine is not None:
+            engine.stop_ids = set()
 
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
@@ -137,6 +147,8 @@ def main() -> None:
         return (out.shape[1] - width) * out.shape[0]
 
     arms = {"fast engine": run_fast, "HFEngine": run_hf, "model.generate": run_generate}
+    arms = {k: v for k, v in arms.items() if {"fast engine": "fast", "HFEngine": "hf"}.get(k, "base") in
+            [*args.arms, "base"]}
     for fn in arms.values():  # warm-up, untimed
         fn()
     clocks = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -154,6 +166,9 @@ def main() -> None:
             times["cpu"][name].append(time.process_time() - c0)
     flops = model_flops(model.config, [len(p) for p in prompts], args.new)
     full = forward_flops(model.config, [len(p) for p in prompts], args.new)
+    print(f"model: {args.model_dir or 'the tiny model'} ({model.config.model_type}, "
+          f"{sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()) / 1e6:.1f} M parameters), "
+          f"fast engine arithmetic {type(fast.kernel).__name__ if fast else '-'}")
     print(f"work: {len(prompts)} prompts of {min(map(len, prompts))}-{width} tokens, {args.new} new tokens each "
           f"({n_new} new tokens), {args.threads} thread(s), {args.repeats} interleaved repeats, "
           f"needed work {flops / 1e9:.2f} GFLOP (full forward count: {full / 1e9:.2f} GFLOP)")
@@ -168,8 +183,17 @@ def main() -> None:
                   f"{flops / roof / 1e9 / med * 100:5.1f} % of roof ({full / roof / 1e9 / med * 100:4.1f} % by "
                   f"full forward)  x{base / med:.2f} vs model.generate  "
                   f"(all: {', '.join(f'{t * 1e3:.0f}' for t in times[c][name])} ms)")
-        ratio = statistics.median(times[c]["HFEngine"]) / statistics.median(times[c]["fast engine"])
-        print(f"  fast engine vs HFEngine: x{ratio:.2f}")
+        if "HFEngine" in arms and "fast engine" in arms:
+            ratio = statistics.median(times[c]["HFEngine"]) / statistics.median(times[c]["fast engine"])
+            print(f"  fast engine vs HFEngine: x{ratio:.2f}")
+    if fast is not None:  # same answers on this model: greedy tokens, and sampled log-probs against HFEngine's
+        greedy = [GenRequest(r.prompt_ids, temperature=0.0, max_new_tokens=args.new, seed=r.seed) for r in reqs]
+        same = sum(a.token_ids == b.token_ids for a, b in zip(fast.generate(greedy), hf.generate(greedy)))
+        pairs = list(zip(fast.generate(reqs), hf.generate(reqs)))
+        sampled = sum(a.token_ids == b.token_ids for a, b in pairs)
+        lp = max(abs(x - y) for a, b in pairs if a.token_ids == b.token_ids for x, y in zip(a.logprobs, b.logprobs))
+        print(f"parity: greedy tokens equal HFEngine's on {same}/{len(greedy)} prompts, T=1 samples (same seeds) on "
+              f"{sampled}/{len(reqs)}; their log-probs differ by at most {lp:.1e}")
 
 
 if __name__ == "__main__":

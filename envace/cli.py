@@ -17,6 +17,7 @@ from typing import Any
 import typer
 
 from envace.cli_errors import UserError
+from envace.cpu_threads import configure_environment
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -26,6 +27,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # no "Creating initial MLflow database tables..." lines
+configure_environment()  # OpenMP's wait policy, read once when a command first imports torch (envace.cpu_threads)
 
 
 class EnvaceApp(typer.Typer):

@@ -46,6 +46,7 @@ from prefect.futures import as_completed
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 
+from envace.cpu_threads import cpu_jobs
 from envace.secrets import mask_text
 from envace.sweeps.cells import calls_endpoint, cell_cache_key, resolve_cell_config, run_cell
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
@@ -84,7 +85,7 @@ def prepare_sft(cfg: SweepConfig) -> dict[str, dict[str, Any]]:
     # builds running side by side on this machine split its cores; on Ray each gets its cell's CPUs
     threads = (max(1, int(cfg.runner.num_cpus)) if cfg.runner.kind is RunnerKind.RAY
                else parallel_threads(len(cfg.sft), cfg.max_workers))
-    with cell_runner(cfg) as runner:
+    with cpu_jobs(cell_processes(cfg)), cell_runner(cfg) as runner:
         with cell_resources(cfg.runner):
             futures = {name: runner.submit(sft_task.with_options(task_run_name=f"sft[{name}]"),
                                            {"name": name, "spec": spec, "threads": threads})
@@ -138,6 +139,15 @@ def task_runner_for(max_workers: int, kind: str = "auto"):
     return ThreadPoolTaskRunner(max_workers=max_workers)
 
 
+def cell_processes(cfg: SweepConfig) -> int | None:
+    """Cell processes side by side on this machine (each takes that share of its cores, envace.cpu_threads);
+    None when cells run in this process or on Ray (which gives each its own CPUs)."""
+    if cfg.runner.kind is RunnerKind.RAY:
+        return None
+    kind = cfg.task_runner if cfg.task_runner != "auto" else ("processes" if cfg.max_workers > 1 else "threads")
+    return cfg.max_workers if kind == "processes" else None
+
+
 def cell_runner(cfg: SweepConfig):
     """The sweep's task runner: a Ray cluster (`runner.kind: ray`, envace.sweeps.ray_runner) or this machine."""
     if cfg.runner.kind is RunnerKind.RAY:
@@ -171,7 +181,7 @@ def run_cells(cfg: SweepConfig, cells: list[CellSpec]) -> list[CellOutcome]:
     logger = get_run_logger()
     progress = create_progress_artifact(0.0, description=f"sweep {cfg.name}: % of {len(cells)} cells finished")
     outcomes: dict[str, CellOutcome] = {}
-    with cell_runner(cfg) as runner:
+    with cpu_jobs(cell_processes(cfg)), cell_runner(cfg) as runner:
         futures = {}
         for spec in cells:
             with cell_resources(cfg.runner):  # on Ray: this cell's CPU / GPU request

@@ -8,7 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
+
+from envace.cpu_threads import configure_environment
+
+configure_environment()  # tests run under the entry points' OpenMP wait policy (set before torch loads)
+
+import torch  # noqa: E402 - after the wait policy, which the OpenMP runtime reads when torch loads it
 
 TESTS = Path(__file__).resolve().parent
 

@@ -1,7 +1,7 @@
 """Choose the generation engine for a local model: the fast engine when it can run the model, else HFEngine.
 
 `make_engine(model, tokenizer, device)` returns `envace.engines.fast.FastEngine` for a supported
-architecture (Qwen3 with full attention and default RoPE, on CPU or CUDA; see
+architecture (Qwen3 with full attention, or the Llama family, with default RoPE, on CPU or CUDA; see
 `envace.engines.fast_model.unsupported_reason`) and `envace.engines.hf.HFEngine`, the reference
 implementation, otherwise. `ENVACE_ENGINE=hf|fast` in the environment forces one (a forced "fast" on an
 unsupported model is an error naming the reason). Every engine has a `name` ("fast" | "hf") for the

@@ -1,5 +1,5 @@
-"""The fast embedded generation engine: `GenerationEngine` over a Qwen3 model with a static KV cache
-(arithmetic in `envace.engines.fast_model.Qwen3Kernel`).
+"""The fast embedded generation engine: `GenerationEngine` over a Qwen3 or Llama-family model with a static
+KV cache (arithmetic in `envace.engines.fast_model.DecoderKernel`).
 
 Same contract and results as `envace.engines.hf.HFEngine`, the reference kept for models this one cannot
 run (`envace.engines.factory.make_engine` chooses): a request gives the same tokens alone, in any batch
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from envace.engines.base import GenRequest, GenResult, is_greedy, logprob_temperature
-from envace.engines.fast_model import KVCache, Qwen3Kernel, unsupported_reason
+from envace.engines.fast_model import DecoderKernel, KVCache, unsupported_reason
 from envace.engines.fast_sampling import row_uniforms, sample_tokens
 from envace.engines.hf import SEED_RANGE, build_result, generate_in_length_order, stop_token_ids
 from envace.models.loading import pick_device
@@ -29,7 +29,8 @@ STOP_WINDOW_SLACK = 3
 
 
 class FastEngine:
-    """`GenerationEngine` over a local Qwen3ForCausalLM (see module docstring). Holds no gradients."""
+    """`GenerationEngine` over a local Qwen3ForCausalLM or LlamaForCausalLM (see module docstring). Holds no
+    gradients."""
 
     name = "fast"
 
@@ -39,7 +40,7 @@ class FastEngine:
             raise ValueError(f"max_batch {max_batch} must be >= 1")
         self.device = torch.device(device) if device is not None else pick_device()
         self.model = model.to(self.device)
-        self.kernel = Qwen3Kernel(self.model)
+        self.kernel = DecoderKernel(self.model)
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.prefill_tokens = prefill_tokens

@@ -1,6 +1,9 @@
-"""A hand-written Qwen3 forward with a static KV cache (the fast engine's arithmetic), run on a transformers
-`Qwen3ForCausalLM`'s own weights. It departs from the transformers forward for batch-decode speed:
-- fused q/k/v projections with the attention scale folded into the q norm, rebuilt whenever a source
+"""A hand-written decoder forward with a static KV cache (the fast engine's arithmetic), run on the own
+weights of a transformers `Qwen3ForCausalLM` or `LlamaForCausalLM` (the Llama family: SmolLM2, Llama 2/3
+with default RoPE). The two differ only in Qwen3's per-head RMSNorm of q and k, which Llama lacks. It
+departs from the transformers forward for batch-decode speed:
+- fused q/k/v projections with the attention scale folded into the q norm (Qwen3) or into the q rows of
+  the fused projection (Llama; RoPE is linear, so the scale commutes with it), rebuilt whenever a source
   parameter's storage or version counter changes (writes through `param.data` need `refresh(force=True)`);
 - a KV cache preallocated for the whole call (K transposed), so a decode step writes one column;
 - grouped-query attention by reshaping the queries, not repeating K/V heads;
@@ -18,14 +21,21 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+ARCHITECTURES = ("qwen3", "llama")  # config.model_type values the kernel runs
+
 
 def unsupported_reason(model: Any) -> str | None:
     """Why the fast forward cannot run `model` (None when it can)."""
     cfg = getattr(model, "config", None)
-    if getattr(cfg, "model_type", None) != "qwen3":
-        return f"architecture {getattr(cfg, 'model_type', None)!r} is not qwen3"
+    arch = getattr(cfg, "model_type", None)
+    if arch not in ARCHITECTURES:
+        return f"architecture {arch!r} is not one of {', '.join(ARCHITECTURES)}"
     if getattr(cfg, "attention_bias", False):
         return "attention projections have biases"
+    if getattr(cfg, "mlp_bias", False):
+        return "MLP projections have biases"
+    if getattr(cfg, "pretraining_tp", 1) != 1:
+        return f"pretraining_tp={cfg.pretraining_tp} (sliced projections) is not 1"
     layer_types = getattr(cfg, "layer_types", None) or []
     if getattr(cfg, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types):
         return "sliding-window attention layers"
@@ -35,7 +45,12 @@ def unsupported_reason(model: Any) -> str | None:
     if rope.get("rope_type", rope.get("type", "default")) != "default":
         return f"rope type {rope.get('rope_type')!r} is not 'default'"
     if not hasattr(getattr(model, "model", None), "layers") or not hasattr(model, "lm_head"):
-        return "model does not have the Qwen3ForCausalLM module layout"
+        return f"model does not have the {type(model).__name__} decoder layout (model.layers, lm_head)"
+    attn = getattr(model.model.layers[0], "self_attn", None) if len(model.model.layers) else None
+    if attn is None or not all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")):
+        return "attention layers lack separate q/k/v/o projections"
+    if (arch == "qwen3") != hasattr(attn, "q_norm"):
+        return f"{arch} attention {'without' if arch == 'qwen3' else 'with'} q/k norms"
     device = next(model.parameters()).device
     if device.type not in ("cpu", "cuda"):
         return f"device {device.type!r} is not cpu or cuda"
@@ -46,7 +61,7 @@ def unsupported_reason(model: Any) -> str | None:
 class _Layer:
     ln1: torch.Tensor
     wqkv: torch.Tensor  # (q + k + v out, hidden)
-    qk_norm: torch.Tensor  # (heads + kv_heads, head_dim); the q rows carry the attention scale
+    qk_norm: torch.Tensor | None  # Qwen3: (heads + kv_heads, head_dim), the q rows carry the attention scale
     wo_t: torch.Tensor  # (heads*head_dim, hidden) view of o_proj.weight.T
     ln2: torch.Tensor
     wgate: torch.Tensor
@@ -72,8 +87,8 @@ class KVCache:
         self.rows = int(sel.numel())
 
 
-class Qwen3Kernel:
-    """Prefill and decode steps for one Qwen3ForCausalLM (see module docstring)."""
+class DecoderKernel:
+    """Prefill and decode steps for one Qwen3ForCausalLM or LlamaForCausalLM (see module docstring)."""
 
     def __init__(self, model: Any) -> None:
         reason = unsupported_reason(model)
@@ -85,6 +100,7 @@ class Qwen3Kernel:
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.h
         self.hidden, self.eps = cfg.hidden_size, cfg.rms_norm_eps
         self.n_layers = cfg.num_hidden_layers
+        self.qk_norm = cfg.model_type == "qwen3"
         self._key: tuple | None = None
         self._cos = self._sin = None
 
@@ -96,8 +112,9 @@ class Qwen3Kernel:
         for layer in m.model.layers:
             a, mlp = layer.self_attn, layer.mlp
             out += [layer.input_layernorm.weight, a.q_proj.weight, a.k_proj.weight, a.v_proj.weight,
-                    a.q_norm.weight, a.k_norm.weight, a.o_proj.weight, layer.post_attention_layernorm.weight,
-                    mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
+                    *((a.q_norm.weight, a.k_norm.weight) if self.qk_norm else ()), a.o_proj.weight,
+                    layer.post_attention_layernorm.weight, mlp.gate_proj.weight, mlp.up_proj.weight,
+                    mlp.down_proj.weight]
         return out
 
     def refresh(self, force: bool = False) -> None:
@@ -114,11 +131,13 @@ class Qwen3Kernel:
         with torch.no_grad():
             for layer in m.model.layers:
                 a, mlp = layer.self_attn, layer.mlp
+                # Qwen3's q norm carries the attention scale; without one, the q rows of the fused projection do
+                wq = a.q_proj.weight if self.qk_norm else a.q_proj.weight * scale
                 self.layers.append(_Layer(
                     ln1=layer.input_layernorm.weight.detach(),
-                    wqkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(),
+                    wqkv=torch.cat([wq, a.k_proj.weight, a.v_proj.weight]).detach(),
                     qk_norm=torch.cat([(a.q_norm.weight * scale).expand(self.h, -1),
-                                       a.k_norm.weight.expand(self.kvh, -1)]).detach(),
+                                       a.k_norm.weight.expand(self.kvh, -1)]).detach() if self.qk_norm else None,
                     wo_t=a.o_proj.weight.detach().t(),
                     ln2=layer.post_attention_layernorm.weight.detach(),
                     wgate=mlp.gate_proj.weight.detach(), wup=mlp.up_proj.weight.detach(),
@@ -149,7 +168,9 @@ class Qwen3Kernel:
         """Normed, rotated q (n, h, hd) and k (n, kvh, hd), and v (n, kvh, hd), for n token rows."""
         n, h, kvh, hd = x.shape[0], self.h, self.kvh, self.hd
         qkv = F.linear(self._rms(x, layer.ln1), layer.wqkv)
-        qk = self._rms(qkv[:, :(h + kvh) * hd].view(n, h + kvh, hd), layer.qk_norm)
+        qk = qkv[:, :(h + kvh) * hd].view(n, h + kvh, hd)
+        if layer.qk_norm is not None:
+            qk = self._rms(qk, layer.qk_norm)
         # RoPE: x*cos + rotate_half(x)*sin, with rotate_half(x)*sin = roll(x, hd/2) * (sign-carrying sin)
         qk = torch.addcmul(qk * cos, qk.roll(hd // 2, dims=-1), sin)
         return qk[:, :h], qk[:, h:], qkv[:, (h + kvh) * hd:].view(n, kvh, hd)

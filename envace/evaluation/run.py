@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from envace.cpu_threads import apply_thread_policy
 from envace.evaluation.config import EvalConfig
 from envace.evaluation.eval_store import EvalStore
 from envace.evaluation.world import evaluate_world
@@ -56,8 +57,7 @@ def run_eval(cfg: EvalConfig, echo: Callable[[str], None] | None = None) -> dict
     from envace.engines.factory import make_engine
     from envace.models.loading import load_policy, pick_device
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    apply_thread_policy(cfg.threads)
     t0 = time.perf_counter()
     from envace.evaluation.probe import probe_endpoints
     from envace.evaluation.roles import bench_roles, describe_slots, is_local, preflight, used_slots

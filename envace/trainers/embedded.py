@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from envace.cpu_threads import apply_thread_policy
 from envace.data.tasks import load_tasks
 from envace.engines.factory import engine_name, make_engine
 from envace.models.loading import load_policy, pick_device
@@ -176,8 +177,7 @@ def _train(cfg: TrainConfig, rehearse_engine: Any = None) -> TrainResult:
     ckpt_root = out_dir / "checkpoints"
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg.save_resolved(out_dir)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    apply_thread_policy(cfg.threads)
     device = torch.device(cfg.device) if cfg.device else pick_device()
     resume = latest_checkpoint(ckpt_root)
     dirs = _initial_dirs(cfg) if resume is None else {n: resume.model_dir(n) for n in _initial_dirs(cfg)}

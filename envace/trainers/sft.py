@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from envace.chat_tokens import encode_target
+from envace.cpu_threads import apply_thread_policy
 from envace.data.tasks import load_tasks
 from envace.models.loading import load_policy, pick_device, save_model
 from envace.roles.act import act_prompt_ids
@@ -229,8 +230,7 @@ def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
 
 def sft(cfg: SFTConfig) -> dict:
     """Train and save `<out_dir>/model`. Returns a summary (steps, samples, final losses, wall time)."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    apply_thread_policy(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     device = torch.device(cfg.device) if cfg.device else pick_device()

@@ -1,5 +1,6 @@
-"""FastEngine on a tiny random Qwen3 against HFEngine (the reference) and against the trainer's log-prob
-recomputation; the sampling convention against slow loops; the engine factory."""
+"""FastEngine on a tiny random Qwen3 and a tiny random Llama (the SmolLM2 family: no q/k norms, tied
+embeddings) against HFEngine (the reference) and against the trainer's log-prob recomputation; the sampling
+convention against slow loops; the engine factory."""
 
 from __future__ import annotations
 
@@ -16,17 +17,44 @@ from envace.models.loading import load_policy
 from envace.rollout.machine import ACT_STOP, REHEARSE_STOP
 
 
+def llama_like(tiny_dir, out):
+    """A random-init LlamaForCausalLM shaped like SmolLM2 (grouped-query attention, tied embeddings, RoPE base
+    1e5, no biases) on the tiny model's tokenizer, saved as an ordinary model dir."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from envace.models.loading import save_model
+
+    qwen, tok = load_policy(tiny_dir, device="cpu")
+    q = qwen.config
+    cfg = LlamaConfig(vocab_size=q.vocab_size, hidden_size=96, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=q.max_position_embeddings,
+                      rope_theta=100000.0, tie_word_embeddings=True, pad_token_id=q.pad_token_id, bos_token_id=None,
+                      eos_token_id=q.eos_token_id)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        model = LlamaForCausalLM(cfg).float().eval()
+    model.generation_config = qwen.generation_config
+    return save_model(model, tok, out)
+
+
+@pytest.fixture(scope="module", params=["qwen3", "llama"])
+def model_dir(request, tiny_dir, tmp_path_factory):
+    if request.param == "qwen3":
+        return tiny_dir
+    return llama_like(tiny_dir, tmp_path_factory.mktemp("llama") / "model")
+
+
 @pytest.fixture(scope="module")
-def pair(tiny_dir):
+def pair(model_dir):
     """A fast and an HF engine over the SAME model object (a perturbation is seen by both)."""
-    model, tok = load_policy(tiny_dir, device="cpu")
+    model, tok = load_policy(model_dir, device="cpu")
     return FastEngine(model, tok, device="cpu"), HFEngine(model, tok, device="cpu")
 
 
 @pytest.fixture(scope="module")
-def varied(tiny_dir):
+def varied(model_dir):
     """Engines over a perturbed copy of the model: the random init only ever repeats one token."""
-    model, tok = load_policy(tiny_dir, device="cpu")
+    model, tok = load_policy(model_dir, device="cpu")
     g = torch.Generator().manual_seed(5)
     with torch.no_grad():
         for p in model.parameters():
@@ -231,8 +259,8 @@ def test_row_uniforms_are_the_one_draw_per_token_stream():
 
 # ----- factory ---------------------------------------------------------------------------------------------
 
-def test_factory_picks_fast_for_qwen3_and_hf_otherwise(pair, monkeypatch):
-    from transformers import LlamaConfig, LlamaForCausalLM
+def test_factory_picks_fast_for_qwen3_and_llama_and_hf_otherwise(pair, monkeypatch):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     fast, _ = pair
     monkeypatch.delenv("ENVACE_ENGINE", raising=False)
@@ -241,14 +269,19 @@ def test_factory_picks_fast_for_qwen3_and_hf_otherwise(pair, monkeypatch):
     monkeypatch.setenv("ENVACE_ENGINE", "hf")
     assert engine_name(make_engine(fast.model, fast.tokenizer, "cpu")) == "hf"
     monkeypatch.delenv("ENVACE_ENGINE")
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=fast.model.config.vocab_size, hidden_size=32,
-                                         intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                         num_key_value_heads=1)).eval()
-    assert isinstance(make_engine(llama, fast.tokenizer, "cpu"), HFEngine)
-    with pytest.raises(ValueError, match="architecture 'llama' is not qwen3"):
-        make_engine(llama, fast.tokenizer, "cpu", kind="fast")
+    small = {"vocab_size": fast.model.config.vocab_size, "hidden_size": 32, "intermediate_size": 64,
+             "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}
+    assert isinstance(make_engine(LlamaForCausalLM(LlamaConfig(**small)).eval(), fast.tokenizer, "cpu"), FastEngine)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=small["vocab_size"], n_embd=32, n_layer=1, n_head=2)).eval()
+    biased = LlamaForCausalLM(LlamaConfig(**small, attention_bias=True)).eval()
+    scaled = LlamaForCausalLM(LlamaConfig(**small, rope_scaling={"rope_type": "linear", "factor": 2.0})).eval()
+    for model, reason in [(gpt2, "architecture 'gpt2' is not one of qwen3, llama"),
+                          (biased, "attention projections have biases"), (scaled, "rope type 'linear'")]:
+        assert isinstance(make_engine(model, fast.tokenizer, "cpu"), HFEngine)
+        with pytest.raises(ValueError, match=reason):
+            make_engine(model, fast.tokenizer, "cpu", kind="fast")
     with pytest.raises(ValueError, match="must be auto, fast or hf"):
-        make_engine(llama, fast.tokenizer, "cpu", kind="vllm")
+        make_engine(gpt2, fast.tokenizer, "cpu", kind="vllm")
 
 
 def test_engine_names_are_run_params(tmp_path):
