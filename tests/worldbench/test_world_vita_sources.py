@@ -11,6 +11,7 @@ is ignored), perturbed calls are refused by it, and a bad results file is one cl
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,24 @@ def test_world_test_tasks_hold_entities_kept_out_of_train():
         assert mine & held and not (mine & held) & train_pairs
 
 
+@pytest.fixture
+def own_vita_import():
+    """VitaBench's package is imported by its name, `vita`, so a process holds one checkout's. Other tests
+    import another copy in the same process (tests/benchmarks/test_vita.py builds one under tmp); set theirs
+    aside while this test imports the fixture checkout's, and put it back after."""
+    def vita_modules():
+        return {k: m for k, m in sys.modules.items() if k == "vita" or k.startswith("vita.")}
+
+    saved, path = vita_modules(), list(sys.path)
+    for name in saved:
+        del sys.modules[name]
+    yield
+    for name in vita_modules():
+        del sys.modules[name]
+    sys.modules.update(saved)
+    sys.path[:] = path
+
+
 def _results(tmp_path, sims):
     p = tmp_path / "results.json"
     p.write_text(json.dumps({"simulations": sims}))
@@ -59,7 +78,7 @@ def _call(name, args):
     return {"id": "x", "name": name, "arguments": args}
 
 
-def test_vita_replays_calls_in_the_checkout_environment(tmp_path):
+def test_vita_replays_calls_in_the_checkout_environment(tmp_path, own_vita_import):
     sims = [{"task_id": "D1", "messages": [
         {"role": "user", "content": "I want noodles"},
         {"role": "assistant", "content": "", "tool_calls": [_call("get_menu", {"store_id": "s1"})]},
