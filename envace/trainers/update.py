@@ -23,6 +23,7 @@ of its prompts' micro-batches before the other half).
 
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -250,7 +251,7 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
     forces the reference full-vocabulary head. Rows whose reward is NaN (unscored) are not trained on.
     `clip_per_role`: each role's gradient is clipped to `grad_clip` on its own before they are added."""
     model.train()
-    rows = [r for r in rows if r.reward == r.reward]  # unscored (NaN): out of every denominator
+    rows = [r for r in rows if not math.isnan(r.reward)]  # unscored: out of every denominator
     mode = PackMode(algo.pack)
     if mode is PackMode.TREE and tree_mask_kind(model) is None:
         mode = PackMode.CHAIN  # the attention implementation takes no explicit mask
