@@ -77,7 +77,7 @@ def write_sweep(tiny_model):
 @pytest.fixture(scope="session")
 def ray_head():
     """A real Ray head node (`ray start --head --block`: its own free ports, temp dir and auth token, no GPU)
-    that this session starts and stops; nothing of it may be left running."""
+    that this test session starts and stops; nothing of it may be left running."""
     from envace.cluster.ray_head import LocalRayHead
 
     head = LocalRayHead(num_cpus=2, env={"OMP_NUM_THREADS": "1"}).start()
