@@ -259,6 +259,20 @@ class Task:
 
 
 @dataclass
+class EchoPrompt:
+    """An env-mode call seen as a Rehearse task (the `echo` arm, envace.trainers.echo): the Rehearse prompt a
+    rehearse-mode episode would have built for this call at this point, and the real environment's answer,
+    whose rendered text is the cross-entropy target. Recorded by the rollout only when asked
+    (`run_rollout(echo_prompts=True)`); never shown to the policy."""
+
+    prompt_ids: list[int]
+    call: ToolCall
+    observation: Observation  # the real environment's answer (what Act saw)
+    user_turn: int = 0
+    answers: CallRef | None = None  # the Act turn and call index it answers
+
+
+@dataclass
 class Trajectory:
     task: Task
     prompt_index: int
@@ -273,6 +287,7 @@ class Trajectory:
     # test-time rehearsal of a committed run (envace.rollout.tts): n, mode, reviews, memory and the
     # private trajectories under "private" (store them with mode tts-private); None for a plain rollout
     tts: dict[str, Any] | None = None
+    echo: list[EchoPrompt] = field(default_factory=list)  # env mode with echo_prompts: one per executed call
 
     def turns_of(self, role: Role) -> list[Turn]:
         return [t for t in self.turns if t.role == role]

@@ -29,7 +29,10 @@ every mode alike, so rehearse and env mode differ only in who writes the observa
 - the k calls of one Act output are rehearsed in one batch (the reference does them one at a time, each
   seeing the same history, so this is equivalent); a real environment executes them in order;
 - in rehearse / simulator mode no real environment is created; an optional `shadow_env_factory` records
-  `Turn.real_observation` for fidelity only, never shown to the policy.
+  `Turn.real_observation` for fidelity only, never shown to the policy;
+- `echo_prompts` (env mode): each executed call's Rehearse prompt, built by the same code rehearse mode uses,
+  is recorded with the real answer on `Trajectory.echo` (the echo arm's cross-entropy targets); nothing the
+  episode shows or decides changes.
 `prefixes` and `on_user_turn` let test-time rehearsal start from a conversation so far and react to each
 replayed user message; chat-level engines get `GenRequest.messages` under the same handlers and limits.
 The rollout never raises on model output.
@@ -52,6 +55,7 @@ from envace.rollout.state import EpisodeState, Phase
 from envace.toolcall import ParsedAct
 from envace.types import (
     CallRef,
+    EchoPrompt,
     Environment,
     ErrorCode,
     Message,
@@ -103,6 +107,7 @@ class _Run:
     turn_gate: TurnGate | None
     rehearse_style: str
     enable_thinking: bool
+    echo_prompts: bool = False
 
     def seed_for(self, st: EpisodeState, role: Role, index: int) -> int:
         return derive_seed(self.seed, self.step, st.traj.prompt_index, st.traj.sample_index, role, index)
@@ -265,14 +270,20 @@ def _rehearse_prompt(run: _Run, engine: GenerationEngine, st: EpisodeState,
 
 def _env_observe_round(run: _Run, states: list[EpisodeState]) -> None:
     for st in states:
-        if run.cfg.rehearse_context == "every_mode" and any(
-                _rehearse_prompt(run, run.rehearser, st, call)[2] for call in st.pending):
+        prompts = ([_rehearse_prompt(run, run.rehearser, st, call) for call in st.pending]
+                   if run.cfg.rehearse_context == "every_mode" or run.echo_prompts else [])
+        if run.cfg.rehearse_context == "every_mode" and any(over for _, _, over in prompts):
             st.phase = st.finish(TerminationReason.CONTEXT_LIMIT)  # where rehearse mode would stop
             continue
         observations = []
-        for call in st.pending:
-            observations.append(_execute(st.env, call))  # type: ignore[arg-type]
+        for j, call in enumerate(st.pending):
+            obs = _execute(st.env, call)  # type: ignore[arg-type]
+            observations.append(obs)
             st.traj.env_calls += 1
+            if run.echo_prompts and not prompts[j][2]:  # the Rehearse prompt this call would have had (one
+                # over the context limit would have cut a rehearse-mode episode: no target), and the real answer
+                st.traj.echo.append(EchoPrompt(prompt_ids=list(prompts[j][0]), call=call, observation=obs,
+                                               user_turn=st.user_turn, answers=CallRef(st.latest_act_turn, j)))
         st.phase = handle_observe(run, st, observations)
 
 
@@ -326,7 +337,8 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
                 shadow_env_factory: Callable[[], Environment] | None = None,
                 rehearse_style: str | None = None, enable_thinking: bool = True,
                 prefixes: Sequence[list[Message]] | None = None,
-                on_user_turn: UserTurnHook | None = None, first_sample: int = 0) -> list[Trajectory]:
+                on_user_turn: UserTurnHook | None = None, first_sample: int = 0,
+                echo_prompts: bool = False) -> list[Trajectory]:
     """Roll out K episodes per task; returns trajectories ordered by (task position, sample index).
 
     `mode` wins over `cfg.mode` (callers such as test-time rehearsal run one config in several modes).
@@ -338,6 +350,8 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
     message); `on_user_turn(states)` sees the episodes that just received a replayed user message.
     `first_sample`: the episodes are samples first_sample .. first_sample + k - 1 of each task (their seeds
     and sample indices), so one sample of a larger group can be rerun alone with its own seeds.
+    `echo_prompts` (env mode, token-level engines): record on `Trajectory.echo` each executed call's Rehearse
+    prompt, built as a rehearse-mode episode builds it, with the real answer (the echo arm's targets).
     """
     if isinstance(policy, Mapping):
         missing = {Role.ACT, Role.REHEARSE} - set(policy)
@@ -354,6 +368,9 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
         raise ValueError("mode=env needs env_factory (a callable returning a fresh Environment)")
     if mode is Mode.SIMULATOR and simulator is None:
         raise ValueError("mode=simulator needs simulator= (a frozen GenerationEngine playing Rehearse)")
+    if echo_prompts and (mode is not Mode.ENV or is_chat_engine(rehearse_engine)):
+        raise ValueError("echo_prompts records real answers under token-level Rehearse prompts: it needs mode=env "
+                         "and a token-level engine")
     simulator_system_prompt(rehearse_style)  # fail fast on an unknown style
     for i, task in enumerate(tasks):
         if not task.user_turns:
@@ -365,7 +382,8 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
             if not prefix or prefix[-1].role != "user":
                 raise ValueError(f"prefixes[{i}] must end with the user message to answer")
     run = _Run(policy=act_engine, rehearser=rehearse_engine, cfg=cfg, mode=mode, simulator=simulator, step=step,
-               seed=seed, turn_gate=turn_gate, rehearse_style=rehearse_style, enable_thinking=enable_thinking)
+               seed=seed, turn_gate=turn_gate, rehearse_style=rehearse_style, enable_thinking=enable_thinking,
+               echo_prompts=echo_prompts)
     states = [_start(task, p, s, mode, env_factory, shadow_env_factory,
                      list(prefixes[p]) if prefixes is not None else None)
               for p, task in enumerate(tasks) for s in range(first_sample, first_sample + k)]

@@ -47,6 +47,11 @@ class AlgoConfig(BaseConfig):
     pack: Literal["tree", "chain", "off"] = Field(
         "tree", description="Share prompt prefixes in the update (same loss, fewer tokens): a task's rows as one "
                             "prefix tree, a trajectory's extending calls as one sequence, or off.")
+    echo_coef: float = Field(0.0, ge=0, description="Echo arm (rollout.mode=env only): weight of the cross-entropy "
+                                                    "on each executed call's real answer as a Rehearse target under "
+                                                    "the Rehearse prompt rehearse mode would build, token-mean over "
+                                                    "those tokens, added to the GRPO loss (envace.trainers.echo; "
+                                                    "0 = off).")
     grad_noise_scale: bool = Field(True, description="Log the gradient noise scale tr(Sigma)/|G|^2, in prompts, "
                                                      "from a random split-half of each step's prompts "
                                                      "(one gradient copy per micro-batch).")
@@ -99,6 +104,20 @@ class DynamicSamplingConfig(BaseConfig):
                                                         "informative groups found.")
 
 
+class GroundedConfig(BaseConfig):
+    """The grounded arm (envace.trainers.grounded): EnvACE where a seeded share of the rehearsed calls is also
+    executed for real, after the episode, and their Rehearse rows get a fidelity reward beside the task reward."""
+
+    fraction: float = Field(0.0, ge=0, le=1, description="Share of rehearsed calls grounded, each chosen with this "
+                                                         "probability, seeded by (seed, step, prompt, sample, call) "
+                                                         "(0 = off; rollout.mode=rehearse, data.source=world).")
+    metric: Literal["leaf_f1", "exact"] = Field("leaf_f1", description="Fidelity of a grounded call: leaf F1 or exact "
+                                                                      "match of the rehearsed vs the real answer "
+                                                                      "(worldbench's scores, envace.fidelity).")
+    coef: float = Field(1.0, ge=0, description="w in Rehearse-row reward = task reward + w x fidelity (grounded "
+                                               "calls only).")
+
+
 class ToyRewardConfig(BaseConfig):
     """A diagnostic reward (reward=toy) that a briefly SFT'd model earns sometimes: proves the loop can climb."""
 
@@ -149,6 +168,9 @@ class TrainConfig(BaseConfig):
     data: DataConfig = Field(default_factory=DataConfig, description="Training tasks.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout mode, role sampling, limits.")
     algo: AlgoConfig = Field(default_factory=AlgoConfig, description="Advantage, loss, KL.")
+    grounded: GroundedConfig = Field(default_factory=GroundedConfig,
+                                     description="Grounded rehearsal: a fidelity reward on a share of the rehearsed "
+                                                 "calls (fraction 0 = off).")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow + trajectory store.")
     progress: bool = Field(True, description="Show a progress bar.")
@@ -166,6 +188,19 @@ class TrainConfig(BaseConfig):
         if self.judge is not None and self.reward != "checklist_llm":
             raise ConfigError(f"judge is set but reward={self.reward!r} never asks it; set reward=checklist_llm "
                               "or judge=null")
+        if self.algo.echo_coef > 0 and self.rollout.mode != "env":
+            raise ConfigError(f"algo.echo_coef={self.algo.echo_coef} trains Rehearse on the real environment's "
+                              f"answers, which only rollout.mode=env has (rollout.mode={self.rollout.mode!r}); set "
+                              "rollout.mode=env or algo.echo_coef=0", field="algo.echo_coef",
+                              what=f"echo_coef > 0 with rollout.mode={self.rollout.mode!r}",
+                              fix="rollout.mode=env or algo.echo_coef=0")
+        if self.grounded.fraction > 0 and (self.rollout.mode != "rehearse" or self.data.source != "world"):
+            raise ConfigError(f"grounded.fraction={self.grounded.fraction} rewards rehearsed answers against the "
+                              f"built-in world's real ones, but rollout.mode={self.rollout.mode!r}, data.source="
+                              f"{self.data.source!r}; it needs rollout.mode=rehearse and data.source=world (or set "
+                              "grounded.fraction=0)", field="grounded.fraction",
+                              what=f"grounded.fraction > 0 with mode {self.rollout.mode!r}, source "
+                                   f"{self.data.source!r}", fix="rollout.mode=rehearse data.source=world")
         if self.shadow_monitor and (self.data.source != "world" or self.rollout.mode == "env"):
             raise ConfigError(f"shadow_monitor=true replays calls in the built-in world, but data.source="
                               f"{self.data.source!r}, rollout.mode={self.rollout.mode!r}; it needs data.source=world "

@@ -13,6 +13,10 @@ Options around that loop: dynamic sampling (`dynamic_sampling`, DAPO: zero-signa
 refilled), linear lr warm-up (`optim.warmup_steps`), the rehearsal exploitation monitor
 (`shadow_monitor`: rehearsed vs real reward, never seen by the policy) and the diagnostics `reward=toy`
 and `flip_advantage_sign` (the loop must climb, or with the sign flipped descend, a toy reward).
+Two world-model arms ride on the same loop: `algo.echo_coef` > 0 (env mode: cross-entropy on the real answers
+as Rehearse targets, extra rows of the update, envace.trainers.echo) and `grounded.fraction` > 0 (rehearse
+mode: a fidelity reward on the Rehearse rows of a seeded share of calls, replayed in the real world after the
+episode, envace.trainers.grounded).
 
 Departures from the paper / reference code: the old log-probs are the sampling engine's own (the run
 is on-policy with one PPO epoch, so verl's recomputation would give the same numbers — a test checks
@@ -39,6 +43,8 @@ from envace.tracking.gitinfo import git_commit
 from envace.trainers.checkpoint import latest_checkpoint, load_optimizer_states, own_resume_meta, save_checkpoint
 from envace.trainers.config import TrainConfig
 from envace.trainers.dynamic_sampling import SampledBatch, informative_groups, sample_with_refill
+from envace.trainers.echo import echo_metrics, echo_rows
+from envace.trainers.grounded import Grounding, apply_fidelity_reward, ground
 from envace.trainers.metrics import step_metrics
 from envace.trainers.prompt_style import warn_on_style_mismatch
 from envace.trainers.rewarding import RewardScorer
@@ -91,19 +97,22 @@ class _Policy:
         return rows if name == "policy" else role_rows(rows, Role(name))
 
 
-def update_models(policy: _Policy, rows, cfg: TrainConfig, step: int = 0) -> dict:
+def update_models(policy: _Policy, rows, cfg: TrainConfig, step: int = 0, echo=None) -> dict:
     """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps per model (one by default); with a
-    per-role policy each model sees only its own role's rows. `step` seeds the mini-batch shuffle."""
+    per-role policy each model sees only its own role's rows. `step` seeds the mini-batch shuffle.
+    `echo`: the echo arm's supervised Rehearse rows (weighted by `algo.echo_coef`)."""
     updates = {}
     for name in policy.names:
         mine = policy.rows_for(name, rows)
-        if mine:
+        my_echo = policy.rows_for(name, echo or [])
+        if mine or (my_echo and cfg.algo.echo_coef > 0):
             updates[name] = policy_update(policy.models[name], policy.optimizers[name], mine, cfg.algo,
                                           pad_id=policy.tokenizer.pad_token_id, micro_batch=cfg.micro_batch,
                                           grad_clip=cfg.optim.grad_clip, ref_model=policy.refs.get(name),
                                           seed=derive_seed(cfg.seed, step, name, "mini_batches"),
                                           max_tokens=cfg.micro_batch_tokens,
-                                          clip_per_role=cfg.optim.grad_clip_per_role and name == "policy")
+                                          clip_per_role=cfg.optim.grad_clip_per_role and name == "policy",
+                                          echo_rows=my_echo, echo_coef=cfg.algo.echo_coef)
     return updates
 
 
@@ -133,7 +142,7 @@ def rollout_step(pool: list[Task], cfg: TrainConfig, step: int, policy: _Policy,
         with torch.inference_mode():
             trajs = run_rollout(tasks, k=cfg.k, policy=policy.rollout_policy(), cfg=cfg.rollout, mode=mode,
                                 env_factory=env_factory, simulator=simulator, step=step, seed=seed,
-                                turn_gate=scorer.turn_gate)
+                                turn_gate=scorer.turn_gate, echo_prompts=cfg.algo.echo_coef > 0)
         for t in trajs:  # refill rounds continue the step's prompt numbering: groups stay distinct
             t.prompt_index += first_index
         scorer.score(trajs)
@@ -154,6 +163,23 @@ def flip_advantages(rows: list[TrainRow]) -> None:
     """Diagnostic (`flip_advantage_sign`): negate every advantage (on the rows' turns: a row is a view)."""
     for r in rows:
         r.advantage = -r.advantage
+
+
+def step_rows(trajs: list[Trajectory], cfg: TrainConfig, step: int,
+              tokenizer: Any) -> tuple[list[TrainRow], list[TrainRow] | None, Grounding | None]:
+    """The step's training rows with their advantages, the echo arm's supervised rows (None when off) and the
+    grounded arm's grounding (None when off). Grounding runs here, after every episode of the step ended."""
+    rows = build_rows(trajs, cfg.algo.empty_output_penalty)
+    grounding = None
+    if cfg.grounded.fraction > 0:
+        grounding = ground(trajs, fraction=cfg.grounded.fraction, metric=cfg.grounded.metric, seed=cfg.seed,
+                           step=step, env_factory=RewardScorer.env_factory())
+        apply_fidelity_reward(rows, grounding, cfg.grounded.coef)
+    assign_advantages(rows, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std)
+    if cfg.flip_advantage_sign:
+        flip_advantages(rows)
+    echo = echo_rows(trajs, tokenizer) if cfg.algo.echo_coef > 0 else None
+    return rows, echo, grounding
 
 
 def _shadow_metrics(trajs: list[Trajectory], scorer: RewardScorer) -> dict[str, float]:
@@ -215,15 +241,15 @@ def _train(cfg: TrainConfig, rehearse_engine: Any = None) -> TrainResult:
             t_roll = time.perf_counter() - t0
             trajs = batch.kept
             shadow = _shadow_metrics(batch.generated, scorer) if cfg.shadow_enabled else {}
-            rows = build_rows(trajs, cfg.algo.empty_output_penalty)
-            assign_advantages(rows, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std)
-            if cfg.flip_advantage_sign:
-                flip_advantages(rows)
+            rows, echo, grounding = step_rows(trajs, cfg, step, policy.tokenizer)
             lr = lr_at(step, cfg.optim)
             set_lr(policy.optimizers, lr)
-            updates = update_models(policy, rows, cfg, step=step)
+            updates = update_models(policy, rows, cfg, step=step, echo=echo)
             metrics = step_metrics(trajs, rows, updates, t_roll, time.perf_counter() - t0,
                                    generated=batch.generated)
+            metrics.update(echo_metrics(updates))
+            if grounding is not None:
+                metrics.update(grounding.metrics())
             metrics["optim/lr"] = lr
             if cfg.dynamic_sampling.enabled:
                 metrics.update(batch.metrics())

@@ -19,6 +19,14 @@ metrics are the loss function's own (approx KL, ratio mean, clip and dual-clip f
 over all optimizer steps, plus entropy, reference KL, and the gradient noise scale
 (`envace.trainers.noise_scale`, first epoch: the on-policy gradient; the step then runs a random half
 of its prompts' micro-batches before the other half).
+
+Echo rows (`echo_rows`, `echo_coef` > 0: the echo arm, envace.trainers.echo) are a second, separate set of
+rows: supervised Rehearse targets, not policy-gradient rows. They are packed on their own, cut into as many
+chunks as there are policy mini-batches (chunk i joins optimizer step i; an order shuffled by its own seeded
+stream when there are several mini-batches, so the policy rows' order is unchanged), and each optimizer step
+adds `echo_coef` x the token-mean NLL (temperature 1) over its chunk's echo tokens to the policy loss.
+They appear in no policy-loss denominator, role metric or noise-scale estimate; with per-role clipping
+their gradient is part of the Rehearse role's. With `echo_coef` = 0 (or no echo rows) none of this runs.
 """
 
 from __future__ import annotations
@@ -51,6 +59,8 @@ class StepStats:
     rows: int
     tokens: int
     metrics: dict[str, float]  # the loss function's metrics, token-weighted over the mini-batch
+    echo_nll: float | None = None  # token-mean NLL of the step's echo rows (None: none this step)
+    echo_tokens: int = 0
 
 
 @dataclass
@@ -94,8 +104,9 @@ def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
 
 class _Updater:
     def __init__(self, model, optimizer, rows, algo: AlgoConfig, pad_id, micro_batch, max_tokens, grad_clip, ref,
-                 full_logits, seed: int = 0, clip_per_role: bool = False):
+                 full_logits, seed: int = 0, clip_per_role: bool = False, echo_rows=None, echo_coef: float = 0.0):
         self.model, self.optimizer, self.rows, self.algo = model, optimizer, rows, algo
+        self.echo_rows, self.echo_coef = echo_rows or [], echo_coef
         self.pad_id, self.micro_batch, self.max_tokens, self.grad_clip, self.ref = (pad_id, micro_batch, max_tokens,
                                                                                     grad_clip, ref)
         self.full_logits = full_logits
@@ -120,7 +131,7 @@ class _Updater:
         return [[p for p in packs if (self.rows[p.segments[0].row].prompt_index in first) == (h == 0)]
                 for h in (0, 1)]
 
-    def step(self, packs: list[Pack], epoch: int, index: int) -> StepStats:
+    def step(self, packs: list[Pack], epoch: int, index: int, echo: list[Pack] | None = None) -> StepStats:
         algo = self.algo
         self.optimizer.zero_grad(set_to_none=True)
         halves = self._halves(packs) if algo.grad_noise_scale and epoch == 0 else None
@@ -184,6 +195,16 @@ class _Updater:
                     half_grad[key] = delta if key not in half_grad else half_grad[key] + delta
                     half_share[key] += share
                     half_prompts[key].update(r.prompt_index for r in rows)
+        echo_nll = None
+        echo_tok = sum(p.loss_tokens for p in echo or [])
+        if echo_tok:
+            echo_nll = self._echo(echo, echo_tok)
+            total_loss += self.echo_coef * echo_nll
+            if self.clip_per_role:  # a Rehearse target: its gradient counts as the Rehearse role's
+                flat = _flat_grad(self.params)
+                delta = flat if prev is None else flat - prev
+                key = Role.REHEARSE.value
+                role_grad[key] = delta if key not in role_grad else role_grad[key] + delta
         if self.clip_per_role:
             grad_norm = self._clip_roles(role_grad)
         else:
@@ -197,7 +218,18 @@ class _Updater:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return StepStats(epoch=epoch, mini_batch=index, loss=total_loss, grad_norm=grad_norm, rows=n_rows,
-                         tokens=n_tok, metrics={k: v / max(n_tok, 1) for k, v in step_sums.items()})
+                         tokens=n_tok, metrics={k: v / max(n_tok, 1) for k, v in step_sums.items()},
+                         echo_nll=echo_nll, echo_tokens=echo_tok)
+
+    def _echo(self, packs: list[Pack], n_tok: int) -> float:
+        """Backward of echo_coef x token-mean NLL over `packs` (accumulated into the step's gradient); the NLL."""
+        nll = 0.0
+        for mb in micro_batches(packs, self.micro_batch, self.max_tokens):
+            out = packed_logprobs(self.model, mb, self.echo_rows, self.pad_id, full_logits=self.full_logits)
+            part = -(out.logprobs * out.mask.to(out.logprobs.dtype)).sum() / n_tok
+            (self.echo_coef * part).backward()
+            nll += float(part.item())
+        return nll
 
     def _clip_roles(self, role_grad: dict[str, torch.Tensor]) -> float:
         """Clip each role's gradient to grad_clip on its own and write their sum back; the pre-clip norm of the
@@ -245,36 +277,52 @@ def _reference_logprobs(ref_model, packs: list[Pack], rows: list[TrainRow], pad_
 def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows: list[TrainRow],
                   algo: AlgoConfig, *, pad_id: int, micro_batch: int, grad_clip: float,
                   ref_model: torch.nn.Module | None = None, seed: int = 0, max_tokens: int | None = None,
-                  full_logits: bool = False, clip_per_role: bool = False) -> UpdateResult:
+                  full_logits: bool = False, clip_per_role: bool = False, echo_rows: list[TrainRow] | None = None,
+                  echo_coef: float = 0.0) -> UpdateResult:
     """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps on `rows` (a forward takes at most
     `micro_batch` sequences and `max_tokens` padded tokens). `seed` orders the mini-batches; `full_logits`
     forces the reference full-vocabulary head. Rows whose reward is NaN (unscored) are not trained on.
-    `clip_per_role`: each role's gradient is clipped to `grad_clip` on its own before they are added."""
+    `clip_per_role`: each role's gradient is clipped to `grad_clip` on its own before they are added.
+    `echo_rows` with `echo_coef` > 0: supervised Rehearse rows whose token-mean NLL is added (module docstring)."""
     model.train()
     rows = [r for r in rows if not math.isnan(r.reward)]  # unscored: out of every denominator
     mode = PackMode(algo.pack)
     if mode is PackMode.TREE and tree_mask_kind(model) is None:
         mode = PackMode.CHAIN  # the attention implementation takes no explicit mask
     packs = pack_rows(rows, mode)
-    if not packs:
+    echo_rows = list(echo_rows or []) if echo_coef > 0 else []
+    echo_packs = pack_rows(echo_rows, mode) if echo_rows else []
+    if not packs and not echo_packs:
         return UpdateResult(loss=0.0, grad_norm=0.0, role_metrics={}, metrics={"optimizer_steps": 0.0})
     ref = None
     if algo.use_kl and ref_model is not None:
         ref = _reference_logprobs(ref_model, packs, rows, pad_id, micro_batch, max_tokens, full_logits)
     upd = _Updater(model, optimizer, rows, algo, pad_id, micro_batch, max_tokens, grad_clip, ref, full_logits, seed,
-                   clip_per_role)
+                   clip_per_role, echo_rows, echo_coef)
     rng = random.Random(seed)
+    echo_rng = random.Random(f"{seed}|echo")  # its own stream: the policy rows' mini-batch order is unchanged
     steps: list[StepStats] = []
     for epoch in range(algo.ppo_epochs):
         order = list(packs)
         if algo.ppo_mini_batches > 1:
             rng.shuffle(order)
-        for index, mini in enumerate(split_mini_batches(order, algo.ppo_mini_batches)):
-            steps.append(upd.step(mini, epoch, index))
+        minis = split_mini_batches(order, algo.ppo_mini_batches) if order else [[]]
+        echo_order = list(echo_packs)
+        if echo_order and len(minis) > 1:
+            echo_rng.shuffle(echo_order)
+        echo_chunks = split_mini_batches(echo_order, len(minis)) if echo_order else []
+        for index, mini in enumerate(minis):
+            steps.append(upd.step(mini, epoch, index, echo_chunks[index] if index < len(echo_chunks) else None))
     n_rows = sum(len(p.segments) for p in packs)
     metrics = {"optimizer_steps": float(len(steps)), "forward_tokens": float(upd.forward_tokens),
-               "loss_tokens": float(sum(p.loss_tokens for p in packs)), "packed_rows_per_seq": n_rows / len(packs),
-               **upd.noise.summary()}
+               "loss_tokens": float(sum(p.loss_tokens for p in packs)),
+               "packed_rows_per_seq": n_rows / len(packs) if packs else 0.0, **upd.noise.summary()}
+    echo_steps = [s for s in steps if s.echo_nll is not None and s.epoch == 0]
+    if echo_steps:  # first epoch: the NLL before the update moved the model
+        tok = sum(s.echo_tokens for s in echo_steps)
+        metrics["echo_nll"] = sum(s.echo_nll * s.echo_tokens for s in echo_steps) / tok
+        metrics["echo_tokens"] = float(tok)
+        metrics["echo_rows"] = float(len(echo_rows))
     return UpdateResult(loss=sum(s.loss for s in steps) / len(steps),
                         grad_norm=sum(s.grad_norm for s in steps) / len(steps),
                         role_metrics=upd.role_metrics(), metrics=metrics, steps=steps)
