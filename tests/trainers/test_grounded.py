@@ -144,3 +144,12 @@ def test_train_with_fraction_zero_equals_plain_envace(tiny_model_dir, tmp_path):
         return [{k: v for k, v in h.items() if not k.startswith("time/")} for h in train(cfg).history]
 
     assert run("plain") == run("zero", grounded={"fraction": 0.0, "coef": 2.0})
+
+
+@pytest.mark.parametrize("key, arm", [("echo_coef", "echo"), ("grounded_fraction", "grounded")])
+def test_the_verl_loop_refuses_both_arms(key, arm):
+    from envace.trainers.verl.config import LoopSettings
+
+    with pytest.raises(ValueError, match=f"envace.{key}=0.5: the {arm} arm runs on the embedded backend only"):
+        LoopSettings(**{key: 0.5})
+    assert getattr(LoopSettings(**{key: 0.0}), key) == 0.0

@@ -68,9 +68,18 @@ class LoopSettings(EpisodeRules):
                                                                "(reference: 0.1; embedded: algo.empty_output_penalty).")
     seed: int = Field(0, description="Sampling seeds derive from (seed, step, prompt index, sample, role, call).")
     threads: int = Field(256, ge=1, description="Episode threads per agent-loop worker (mostly waiting on the server).")
+    echo_coef: float = Field(0.0, ge=0, description="The echo arm (embedded: algo.echo_coef); refused here: > 0 "
+                                                    "runs on the embedded backend only.")
+    grounded_fraction: float = Field(0.0, ge=0, le=1, description="The grounded arm (embedded: grounded.fraction); "
+                                                                  "refused here: > 0 runs on the embedded backend "
+                                                                  "only.")
 
     @model_validator(mode="after")
     def _check(self) -> LoopSettings:
+        for key, arm in (("echo_coef", "echo"), ("grounded_fraction", "grounded")):
+            if getattr(self, key) > 0:
+                raise ConfigError(f"envace.{key}={getattr(self, key)}: the {arm} arm runs on the embedded backend "
+                                  f"only (envace train --backend embedded, docs/rollout.md); set envace.{key}=0")
         if self.mode == "simulator" and self.simulator is None:
             raise ConfigError("envace.mode='simulator' needs envace.simulator.base_url and envace.simulator.model "
                               "(the frozen simulator's OpenAI-compatible endpoint)")
