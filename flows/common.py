@@ -54,6 +54,7 @@ from envace.sweeps.paired_report import markdown_paired, paired_report
 from envace.sweeps.prepare import SFTSpec, build_sft, parallel_threads
 from envace.sweeps.ray_runner import RunnerKind, cell_resources, ray_task_runner
 from envace.sweeps.results import cells_frame, log_results, markdown_table, summarize, sweep_parent_run, write_results
+from envace.sweeps.world_model import markdown_world_models, prepare_worldbench, world_model_report, write_world_models
 
 CELL_TAG = "envace-cell"
 RESULT_DIR = ".prefect-results"
@@ -216,6 +217,10 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     with sweep_parent_run(cfg) as parent:
         sft_info = prepare_sft(cfg)
+        wb_info = prepare_worldbench(cfg.worldbench, out) if cfg.worldbench is not None else None
+        if wb_info is not None:
+            logger.info("worldbench data: %s (%s, %.0f s)", wb_info["data"],
+                        "cached" if wb_info["cached"] else "built", wb_info["wall_s"])
         cells = expand_cells(cfg, parent.run_id)
         where = (f"Ray cluster {cfg.runner.resolved_address()}, {cfg.runner.num_cpus:g} CPU / {cfg.runner.num_gpus:g} "
                  f"GPU per cell" if cfg.runner.kind is RunnerKind.RAY
@@ -235,15 +240,23 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
             "cached": [o.spec.name for o in outcomes if o.status is CellStatus.CACHED],
             "failed": failed,
             "sft": sft_info,
+            "worldbench": wb_info,
             "child_runs": {o.spec.name: o.record.get("mlflow_run_id") for o in outcomes if o.record},
             "table": [{k: _clean(v) for k, v in row.items()} for row in table.to_dict("records")],
         }
         paired = paired_report(records)  # per-task paired differences (vs base, vs the reference level)
         summary["paired"] = [{k: _clean(v) for k, v in row.items()} for row in paired.to_dict("records")]
+        world = None
+        if cfg.worldbench is not None:  # task gain vs world-model gain per arm, against its base row
+            world = world_model_report(records, n_boot=cfg.worldbench.n_boot)
+            summary["world_models"] = [{k: _clean(v) for k, v in row.items()} for row in world.to_dict("records")]
+            summary["world_models_csv"] = str(out / "results" / "world_models.csv")
         paths = write_results(out / "results", cells_frame(records, axes), table, summary, cfg.name)
         if not paired.empty:
             paths["paired.csv"] = out / "results" / "paired.csv"
             paired.to_csv(paths["paired.csv"], index=False)
+        if world is not None:
+            paths.update(write_world_models(out / "results", world))
         if "tts_n" in axes and "tts_mode" in axes:  # TTS sweep: table per mode and the score-vs-N plot
             from envace.sweeps.tts_report import write_tts_report
 
@@ -257,7 +270,10 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
                           description=f"sweep {cfg.name}: mean ± 95% CI over seeds {cfg.seeds}")
     failures = "\n".join(f"- **{name}**: {err}" for name, err in failed.items()) or "none"
     create_markdown_artifact(f"## {cfg.name}\n\n{markdown_table(table)}\n\n### Paired per-task differences\n"
-                             f"{markdown_paired(paired)}\n\n### Failed cells\n{failures}\n",
+                             f"{markdown_paired(paired)}\n\n"
+                             + (f"### Task gain vs world-model gain\n{markdown_world_models(world)}\n\n"
+                                if world is not None else "")
+                             + f"### Failed cells\n{failures}\n",
                              key=f"{key}-summary", description=f"sweep {cfg.name} summary")
     if failed:
         logger.error("sweep %s: %d of %d cells failed: %s", cfg.name, len(failed), len(outcomes), ", ".join(failed))

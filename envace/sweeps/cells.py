@@ -6,6 +6,9 @@ and return a JSON-able record of its metrics and MLflow child run.
   the tool world with the real environment and those metrics (`eval/...`) are logged into the same
   child run at the last training step.
 - `kind: eval`: one MLflow child run wrapping `envace.evaluation.run.run_eval` (the TTS sweep's cells).
+- either kind, when the sweep has `worldbench:`: the cell's world model (the final checkpoint's, or the
+  evaluated model) is scored on worldbench (envace.sweeps.world_model) and `worldbench/...` joins its
+  metrics, logged into the same child run.
 
 A training cell resumes from its own latest checkpoint when it runs again with the same cache key (a
 crash, a retry); when the key changed (new code, new input data), the old checkpoints belong to another
@@ -54,7 +57,12 @@ def resolve_cell_config(spec: CellSpec, *, for_key: bool = False) -> BaseConfig:
 def cell_cache_key(spec: CellSpec) -> str:
     """Cache key of a sweep cell (raises like the cell would when its config is invalid)."""
     cfg = resolve_cell_config(spec, for_key=True)
-    return cache_key(spec.kind, cfg, extra={"eval": spec.eval_overrides})
+    extra: dict[str, Any] = {"eval": spec.eval_overrides}
+    if spec.worldbench_data is not None:  # only then: the keys of sweeps without worldbench are unchanged
+        from envace.sweeps.world_model import data_key
+
+        extra["worldbench"] = {"score": spec.worldbench_score, "data": data_key(spec.worldbench_data)}
+    return cache_key(spec.kind, cfg, extra=extra)
 
 
 def calls_endpoint(cfg: BaseConfig | Mapping[str, Any]) -> bool:
@@ -196,7 +204,22 @@ def _run_train_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
         extra["eval_file"] = ev.get("written_to")
         if res.mlflow_run_id:
             _log_into_run(spec.mlflow_uri, res.mlflow_run_id, res.last_step, em, ev.get("written_to"))
+    if spec.worldbench_data is not None:
+        if ckpt is None:
+            raise RuntimeError(f"cell {spec.name}: training wrote no checkpoint under {cfg.out_dir}/checkpoints; "
+                               f"no world model to score (delete the cell directory to retrain)")
+        wm, extra["worldbench_file"] = _worldbench(spec, ckpt)
+        metrics.update(wm)
+        if res.mlflow_run_id:
+            _log_into_run(spec.mlflow_uri, res.mlflow_run_id, res.last_step, wm, extra["worldbench_file"])
     return _record(spec, metrics, res.mlflow_run_id, t0, **extra)
+
+
+def _worldbench(spec: CellSpec, model: str | Path) -> tuple[dict[str, float], str]:
+    from envace.sweeps.world_model import score_world_model
+
+    assert spec.worldbench_data is not None
+    return score_world_model(model, spec.worldbench_data, spec.worldbench_score, Path(spec.out_dir) / "worldbench")
 
 
 def _run_eval_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
@@ -210,11 +233,16 @@ def _run_eval_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
                    input_paths=inputs) as run:
         ev = run_eval(cfg)
         metrics = eval_metrics(ev)
+        model = str(getattr(cfg.policy, "model_dir", None) or cfg.model)
+        extra: dict[str, Any] = {}
+        if spec.worldbench_data is not None:
+            wm, extra["worldbench_file"] = _worldbench(spec, model)
+            metrics.update(wm)
+            run.log_artifact(extra["worldbench_file"], "worldbench")
         run.log_step_metrics(0, metrics)
         if ev.get("written_to"):
             run.log_artifact(ev["written_to"], "eval")
-    return _record(spec, metrics, run.run_id, t0, eval_file=ev.get("written_to"),
-                   start_model=str(getattr(cfg.policy, "model_dir", None) or cfg.model))
+    return _record(spec, metrics, run.run_id, t0, eval_file=ev.get("written_to"), start_model=model, **extra)
 
 
 def run_cell(spec: CellSpec) -> dict[str, Any]:

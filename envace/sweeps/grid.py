@@ -26,6 +26,7 @@ from pydantic import Field, model_validator
 from envace.config import BaseConfig, ConfigError
 from envace.sweeps.prepare import SFTSpec
 from envace.sweeps.ray_runner import RunnerConfig
+from envace.sweeps.world_model import WorldbenchSpec
 
 Scalar = str | int | float | bool
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
@@ -85,6 +86,9 @@ class SweepConfig(BaseConfig):
     baselines: dict[str, str] = Field(
         default_factory=dict, description="Base (no RL) rows: {level name: sft name}; each is an evaluation cell "
                                           "per seed of that SFT model with eval_overrides, on the first axis.")
+    worldbench: WorldbenchSpec | None = Field(
+        None, description="Also score every cell's world model on worldbench and write the task-gain vs "
+                          "world-model-gain table (envace.sweeps.world_model); None: no worldbench.")
 
     @model_validator(mode="after")
     def _check(self) -> SweepConfig:
@@ -165,6 +169,9 @@ class CellSpec(BaseConfig):
     experiment: str = Field("envace-sweeps", description="MLflow experiment.")
     store_url: str | None = Field(None, description="Trajectory store.")
     parent_run_id: str | None = Field(None, description="The sweep's MLflow parent run.")
+    worldbench_data: str | None = Field(None, description="Worldbench data dir to score the cell's world model on "
+                                                          "(None: no worldbench scoring).")
+    worldbench_score: list[str] = Field(default_factory=list, description="ScoreConfig overrides of that scoring.")
 
     def seed_override(self) -> str:
         return f"seed={self.seed}" if self.kind == "train" else f"seeds=[{self.seed}]"
@@ -184,6 +191,8 @@ def expand_cells(cfg: SweepConfig, parent_run_id: str | None = None) -> list[Cel
     def refs(items: list[str] | None) -> list[str] | None:
         return None if items is None else [resolve_sft_refs(x, cfg.sft) for x in items]
 
+    wb = ({"worldbench_data": str(cfg.worldbench.data_dir(cfg.out_dir)), "worldbench_score": cfg.worldbench.score}
+          if cfg.worldbench is not None else {})
     first_axis = next(iter(cfg.axes), None)
     for level, name in cfg.baselines.items():  # base (no RL) rows: evaluate the SFT model itself
         levels = {a: (level if a == first_axis else "-") for a in cfg.axes}
@@ -195,7 +204,7 @@ def expand_cells(cfg: SweepConfig, parent_run_id: str | None = None) -> list[Cel
                 name=cell, group=group, levels=levels, seed=seed, kind="eval", base=None,
                 overrides=[*refs(cfg.eval_overrides), f"model={cfg.sft[name].model_dir()}"], eval_overrides=None,
                 out_dir=str(out_root / slugify(cell)), mlflow_uri=cfg.resolved_mlflow_uri(), experiment=cfg.experiment,
-                store_url=cfg.resolved_store_url(), parent_run_id=parent_run_id))
+                store_url=cfg.resolved_store_url(), parent_run_id=parent_run_id, **wb))
     for combo in itertools.product(*[levels for _, levels in axes]):
         levels = {axis: level for (axis, _), (level, _) in zip(axes, combo)}
         if any(all(levels.get(a) == lv for a, lv in ex.items()) for ex in excluded):
@@ -213,7 +222,7 @@ def expand_cells(cfg: SweepConfig, parent_run_id: str | None = None) -> list[Cel
                 name=name, group=group or "all", levels=levels, seed=seed, kind=cfg.kind, base=cfg.base,
                 overrides=refs([*cfg.overrides, *level_overrides]), eval_overrides=refs(cfg.eval_overrides),
                 out_dir=str(out_root / slug), mlflow_uri=cfg.resolved_mlflow_uri(), experiment=cfg.experiment,
-                store_url=cfg.resolved_store_url(), parent_run_id=parent_run_id))
+                store_url=cfg.resolved_store_url(), parent_run_id=parent_run_id, **wb))
     if not cells:
         raise ConfigError(f"sweep {cfg.name!r}: every combination is excluded; remove an exclude entry")
     return cells

@@ -13,7 +13,9 @@ envace.execution_result, so a reference row and a model are read the same way):
 Aggregates (per source, per source/domain, per source/tool, per source/kind, and overall): the means of
 the first four, and error precision (of predicted errors, the share that were real errors) and recall
 (of real errors, the share predicted), pooled over the group; None where a denominator is 0. Intervals:
-percentile bootstrap over the group's transitions (`n_boot` resamples, seeded), 95 %.
+percentile bootstrap over the group's transitions (`n_boot` resamples, seeded), 95 %. `paired_gain`: the
+same bootstrap for the difference of two models on the same transitions (mean over each side's seeds per
+transition, then the difference, resampled over transitions), the sweep's world-model gain.
 """
 
 from __future__ import annotations
@@ -106,6 +108,21 @@ def summarize(scores: list[TransitionScore], n_boot: int = 1000, seed: int = 0) 
                 ci = [float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))]
         out[f"{m}_ci"] = ci
     return out
+
+
+def paired_gain(base: np.ndarray, other: np.ndarray, n_boot: int = 1000, seed: int = 0) -> tuple[float, float, float]:
+    """(mean gain, 2.5 %, 97.5 %) of `other` over `base`, both (transitions, seeds) arrays of one per-transition
+    score on the same transitions in the same order: per transition the mean over each side's seeds, the
+    difference, then the percentile bootstrap over transitions (resamples as in `summarize`)."""
+    base, other = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
+    if base.ndim != 2 or other.ndim != 2 or base.shape[0] != other.shape[0] or base.shape[0] == 0:
+        raise ValueError(f"paired_gain needs (transitions, seeds) arrays over the same transitions; got "
+                         f"{base.shape} and {other.shape}")
+    d = other.mean(axis=1) - base.mean(axis=1)
+    n = d.shape[0]
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, n, size=(n_boot, n))].mean(axis=-1)
+    return float(d.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
 def aggregate(scores: Iterable[TransitionScore], n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:

@@ -76,7 +76,8 @@ def test_all_excluded_and_colliding_dirs_are_errors():
         expand_cells(make(axes={"v": {"a b": [], "a-b": []}}))
 
 
-@pytest.mark.parametrize("name, n_cells", [("paper_ablations", 36), ("tts", 42), ("example_two_cell", 2)])
+@pytest.mark.parametrize("name, n_cells", [("paper_ablations", 36), ("tts", 42), ("example_two_cell", 2),
+                                                  ("world_models", 18)])
 def test_shipped_sweeps_expand_and_every_cell_config_validates(name, n_cells):
     cfg = load_config(SweepConfig, REPO / "configs" / "sweeps" / f"{name}.yaml")
     cells = expand_cells(cfg)
@@ -84,6 +85,24 @@ def test_shipped_sweeps_expand_and_every_cell_config_validates(name, n_cells):
     for cell in cells:
         resolved = resolve_cell_config(cell)  # raises ConfigError on any invalid cell
         assert resolved.out_dir == cell.out_dir
+
+
+def test_world_models_train_every_arm_from_one_start_and_score_every_cell_on_worldbench():
+    cfg = load_config(SweepConfig, REPO / "configs/sweeps/world_models.yaml")
+    cells = expand_cells(cfg)
+    by_group = {c.group: resolve_cell_config(c) for c in cells if c.seed == 0}
+    assert cfg.seeds == [0, 1, 2] and cfg.worldbench is not None
+    trained = {g: c for g, c in by_group.items() if g != "variant=base"}
+    assert set(trained) == {f"variant={v}" for v in ("envace", "grpo_env", "echo", "grounded", "per_role")}
+    assert len({c.model for c in trained.values()}) == 1  # one SFT start
+    assert len({(c.steps, c.prompts_per_step, c.k, c.optim.lr) for c in trained.values()}) == 1  # one budget
+    assert trained["variant=echo"].rollout.mode == "env" and trained["variant=echo"].algo.echo_coef > 0
+    assert trained["variant=grounded"].rollout.mode == "rehearse" and trained["variant=grounded"].grounded.fraction > 0
+    assert trained["variant=grpo_env"].algo.echo_coef == 0 and trained["variant=envace"].grounded.fraction == 0
+    assert trained["variant=per_role"].policy == "per_role"
+    data = {c.worldbench_data for c in cells}
+    assert data == {str(cfg.worldbench.data_dir(cfg.out_dir))}  # every cell, base rows too, on one build
+    assert {c.kind for c in cells if c.group == "variant=base"} == {"eval"}
 
 
 def test_paper_ablations_cover_the_papers_switches():
