@@ -8,6 +8,9 @@ either a mapping `level name -> [key=value, ...]` (named variants, e.g. `envace:
 `exclude`d combinations) × `seeds`. A cell is fully described by a `CellSpec`, which is what a Prefect
 task receives: it can be run, cached and retried on its own.
 
+With a `worldbench:` section every cell (base rows included) also scores its world model on worldbench and
+the sweep writes the task-gain vs world-model-gain table (envace.sweeps.world_model).
+
 Override order inside a cell: sweep `overrides`, then the cell's level overrides (in axis order), then
 the seed (`seed=S` for training, `seeds=[S]` for evaluation), so the seed list always wins. Relative
 paths (`base`, `out_dir`, model dirs) are relative to the directory the sweep is started from (the
