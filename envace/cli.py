@@ -171,10 +171,11 @@ def sft(args: list[str] = typer.Argument(None, help="[CONFIG] key=value ...")):
     """Supervised cold start on oracle Act and Rehearse demonstrations."""
     from envace.config import load_config
     from envace.trainers.config import SFTConfig
-    from envace.trainers.sft import sft as run_sft
 
     path, overrides = _split_config_args(args or [])
-    cfg = load_config(SFTConfig, path, overrides)
+    cfg = load_config(SFTConfig, path, overrides)  # a config error is reported before torch is imported
+    from envace.trainers.sft import sft as run_sft
+
     typer.echo(json.dumps(run_sft(cfg), indent=2))
 
 
@@ -192,10 +193,11 @@ def train(args: list[str] = typer.Argument(None, help="[CONFIG] key=value ..."),
                         "pass --backend embedded or --backend verl")
     from envace.config import load_config
     from envace.trainers.config import TrainConfig
-    from envace.trainers.embedded import train as run_train
 
     path, overrides = _split_config_args(args or [])
-    cfg = load_config(TrainConfig, path, overrides)
+    cfg = load_config(TrainConfig, path, overrides)  # a config error is reported before torch is imported
+    from envace.trainers.embedded import train as run_train
+
     res = run_train(cfg)
     last = res.history[-1] if res.history else {}
     typer.echo(json.dumps({"out_dir": str(res.out_dir), "last_step": res.last_step,
@@ -257,8 +259,6 @@ def evaluate(checkpoint: str | None = typer.Argument(
 
         raise typer.Exit(gold_command(names, paths, overrides))
     from envace.evaluation.config import EvalConfig
-    from envace.evaluation.run import run_eval
-    from envace.evaluation.terminal import report_results
 
     values: dict[str, Any] = {"benchmarks": names, "tts_n": tts_n, "tts_mode": tts_mode}
     if checkpoint is not None:
@@ -270,7 +270,10 @@ def evaluate(checkpoint: str | None = typer.Argument(
     for slot, value in (("judge", judge), ("user_sim", user_sim)):
         if value is not None:
             values[slot] = {"model_dir": value}
-    cfg = load_config(EvalConfig, None, overrides, **values)
+    cfg = load_config(EvalConfig, None, overrides, **values)  # a config error is reported before torch loads
+    from envace.evaluation.run import run_eval
+    from envace.evaluation.terminal import report_results
+
     results = run_eval(cfg, echo=lambda line: typer.echo(line, err=True))
     raise typer.Exit(report_results(results))  # the table on stdout; 3 when a benchmark measured nothing
 

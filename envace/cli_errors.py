@@ -87,7 +87,7 @@ def classify(exc: BaseException, command: str = "envace") -> CliError:
     """The one-line error for `exc`, raised while running `command` (e.g. 'envace train')."""
     from envace.config import ConfigError
     from envace.data.errors import DataError
-    from envace.models.loading import ModelDirError
+    from envace.models.model_dir import ModelDirError
 
     help_fix = f"see `{command} --help`"
     if isinstance(exc, UserError):

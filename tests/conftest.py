@@ -5,6 +5,7 @@ skipped test recorded in its report, for the skip check of .ci/run."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,10 @@ import pytest
 from envace.cpu_threads import configure_environment
 
 configure_environment()  # tests run under the entry points' OpenMP wait policy (set before torch loads)
+# Ray starts one idle worker process per declared CPU when the first driver connects (each imports Ray: a
+# 16-CPU test cluster on 2 cores would spend half a minute on processes no test uses); the Ray tests here
+# (local clusters, `ray start` heads) start only the actors and tasks they ask for.
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 import torch  # noqa: E402 - after the wait policy, which the OpenMP runtime reads when torch loads it
 
@@ -23,8 +28,9 @@ TESTS = Path(__file__).resolve().parent
 #   process may join; the flow tests start both, the verl trainer tests start local Ray.
 # - "postgres": one real PostgreSQL server per session (initdb and start once, not once per worker).
 # - "browser": Chromium driving a Streamlit server; two at once on 2 cores time out instead of testing.
+# - "act-sft": the briefly SFT'd tiny model of the trainer tests (a minute of SFT, built once, not per worker).
 _GROUP_FIXTURES = {"prefect_harness": "prefect-ray", "ray_head": "prefect-ray", "transfer_queue": "prefect-ray",
-                   "pg_server": "postgres"}
+                   "pg_server": "postgres", "act_sft_dir": "act-sft"}
 _GROUP_DIRS = {TESTS / "flows": "prefect-ray"}
 _GROUP_FILES = {TESTS / "dashboard" / name: "browser" for name in ("test_browser.py", "test_tts_browser.py")}
 
@@ -44,6 +50,7 @@ def serial_group(item: pytest.Item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the markers into the workers' groups
 def pytest_collection_modifyitems(config, items):
     if not config.pluginmanager.hasplugin("xdist"):
         return

@@ -112,21 +112,28 @@ class LocalRayHead:
         self.address = (self.temp_dir / ADDRESS_FILE).read_text().strip()
         return self
 
-    def stop(self, grace_s: float = 20.0) -> None:
-        """SIGTERM the head's process group, SIGKILL what is left after `grace_s`; remove the temp dir."""
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM the head's process group, SIGKILL what is left after `grace_s`; remove the temp dir.
+
+        The grace is short on purpose: `ray start --block` answers SIGTERM by waiting ~30 s for its GCS
+        server, and this head's state is temporary (its temp dir is removed below), so nothing is lost by
+        killing what has not exited after a few seconds."""
         if self.proc is not None:
             pgid = self.proc.pid  # start_new_session: the group id is the leader's pid
             _signal_group(pgid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
             try:
                 self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
-            deadline = time.monotonic() + grace_s
             while _group_alive(pgid) and time.monotonic() < deadline:
-                time.sleep(0.5)
+                time.sleep(0.2)
             _signal_group(pgid, signal.SIGKILL)
             if self.proc.poll() is None:
                 self.proc.wait(timeout=10)
+            reaped = time.monotonic() + 10.0  # the killed leader's children are reparented and reaped by init
+            while _group_has_members(pgid) and time.monotonic() < reaped:
+                time.sleep(0.1)
             self.proc = None
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
@@ -144,9 +151,25 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _group_alive(pgid: int) -> bool:
+def _group_has_members(pgid: int) -> bool:
+    """Whether any process of the group exists, zombies included."""
     try:
         os.killpg(pgid, 0)
         return True
     except (ProcessLookupError, PermissionError):
         return False
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (zombies, which only wait to be reaped, do not count)."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: any member, zombie or not
+        return _group_has_members(pgid)
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False

@@ -1,5 +1,6 @@
-"""Shared fixtures for trainer tests: a tiny random model built from the tool-world corpus, and real
-training rows of both roles sampled from it."""
+"""Shared fixtures for trainer tests: a tiny random model built from the tool-world corpus, the same model
+briefly SFT'd on Act demonstrations (so it makes tool calls), and real training rows of both roles sampled
+from it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,19 @@ def tiny_model_dir(tmp_path_factory):
     cfg = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                           intermediate_size=128, vocab_size=700, seed=0)
     return init_tiny_model(world_corpus(120, seed=0), tmp_path_factory.mktemp("tiny") / "model", cfg)
+
+
+@pytest.fixture(scope="session")
+def act_sft_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model after 150 Act-only SFT steps: it writes calls, valid ones some of the time (one SFT per
+    session; the tests that use it share an xdist group, so it is built once per run)."""
+    from envace.trainers.config import SFTConfig
+    from envace.trainers.sft import sft
+
+    out = tmp_path_factory.mktemp("sft_act")
+    sft(SFTConfig(model=str(tiny_model_dir), out_dir=str(out), steps=150, batch_size=16, lr=3e-3, warmup_steps=10,
+                  act_fraction=1.0, threads=1, progress=False, data={"n_tasks": 200}))
+    return out / "model"
 
 
 @pytest.fixture

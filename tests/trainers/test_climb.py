@@ -5,7 +5,7 @@ the advantage sign flipped (`flip_advantage_sign`), the reward of the climbed mo
 loop with the sign as is, from the SFT start, is the control: it climbed). Without this, no null result
 on the real reward can be trusted.
 
-Setup (one core): the conftest tiny model SFT'd for 150 Act-only steps (cached per session); 4 prompts
+Setup (one core): the conftest tiny model SFT'd for 150 Act-only steps (`act_sft_dir`, one per session); 4 prompts
 x K=8, dynamic sampling (so every step carries signal), lr 1e-3 with 3 warm-up steps; two Act turns per
 episode and 28 new tokens (a whole call: a valid one is answered by Rehearse, or by the world in env mode,
 before the second Act turn). Run with `-s` to see the curves. Measured on 2 shared, loaded cores (~9
@@ -18,7 +18,7 @@ import collections
 
 import pytest
 
-from envace.trainers.config import SFTConfig, TrainConfig
+from envace.trainers.config import TrainConfig
 from envace.trainers.toy_reward import first_call_name
 
 pytestmark = pytest.mark.slow
@@ -26,22 +26,12 @@ pytestmark = pytest.mark.slow
 WINDOW = 4  # steps averaged at the start and the end of a curve
 
 
-@pytest.fixture(scope="session")
-def sft_model_dir(tiny_model_dir, tmp_path_factory):
-    from envace.trainers.sft import sft
-
-    out = tmp_path_factory.mktemp("sft_act")
-    sft(SFTConfig(model=str(tiny_model_dir), out_dir=str(out), steps=150, batch_size=16, lr=3e-3, warmup_steps=10,
-                  act_fraction=1.0, threads=1, progress=False, data={"n_tasks": 200}))
-    return out / "model"
-
-
 def _rollout_cfg(mode: str) -> dict:
     return {"mode": mode, "max_assistant_turns": 2, "act": {"max_new_tokens": 28}, "rehearse": {"max_new_tokens": 24}}
 
 
 @pytest.fixture(scope="session")
-def target(sft_model_dir):
+def target(act_sft_dir):
     """The tool name the SFT'd model writes most often as its first call (on training-split tasks)."""
     from envace.config import RolloutConfig
     from envace.engines.hf import HFEngine
@@ -49,7 +39,7 @@ def target(sft_model_dir):
     from envace.rollout import run_rollout
     from envace.worlds.generator import generate_tasks
 
-    model, tok = load_policy(sft_model_dir)
+    model, tok = load_policy(act_sft_dir)
     trajs = run_rollout(generate_tasks(40, "train", 11), k=4, policy=HFEngine(model, tok),
                         cfg=RolloutConfig.model_validate(_rollout_cfg("rehearse")), mode="rehearse", seed=123)
     names = collections.Counter(first_call_name(t) for t in trajs)
@@ -79,8 +69,8 @@ def _ends(history, window: int = WINDOW) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("mode", ["rehearse", "env"])
-def test_the_loop_climbs_a_toy_reward_and_descends_it_with_the_sign_flipped(sft_model_dir, target, tmp_path, mode):
-    up = _train(sft_model_dir, tmp_path / "up", mode, target, steps=16)
+def test_the_loop_climbs_a_toy_reward_and_descends_it_with_the_sign_flipped(act_sft_dir, target, tmp_path, mode):
+    up = _train(act_sft_dir, tmp_path / "up", mode, target, steps=16)
     start, end = _ends(up.history)
     print(f"\n{mode} climb ({target}): {[round(h['reward/mean'], 2) for h in up.history]}")
     assert end >= 2.5 * start and end >= start + 0.1, (start, end)

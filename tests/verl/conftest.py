@@ -69,15 +69,23 @@ def rl_dataset(verl_api, parquet_path, tokenizer):
 
 @pytest.fixture(scope="session")
 def verl_config_factory(parquet_path):
-    """verl's real `ppo_trainer` config composed with the launcher's overrides (+ extra ones)."""
+    """verl's real `ppo_trainer` config composed with the launcher's overrides (+ extra ones). Hydra composes
+    each distinct override list once (~1 s each); every call gets its own copy."""
+    import copy
+
     from envace.trainers.verl.config import VerlLaunchConfig
     from envace.trainers.verl.launcher import build_overrides, compose_verl_config
+
+    composed: dict[tuple[str, ...], Any] = {}
 
     def make(*extra: str, **launch: Any):
         cfg = VerlLaunchConfig(model="/nonexistent/tiny", train_files=[str(parquet_path)], nnodes=1,
                                n_gpus_per_node=1, max_prompt_length=1024, rollout_prompt_length=4096,
                                max_response_length=256, max_model_len=8192, **launch)
-        return compose_verl_config(build_overrides(cfg) + list(extra))
+        overrides = tuple(build_overrides(cfg) + list(extra))
+        if overrides not in composed:
+            composed[overrides] = compose_verl_config(list(overrides))
+        return copy.deepcopy(composed[overrides])
 
     return make
 

@@ -37,10 +37,19 @@ def _history(t2, transitions):
     return out
 
 
-def _check(t2, domain, task_id, transitions):
+_TASKS: dict[str, dict[str, object]] = {}  # domain -> task id -> task: τ²'s task files are parsed once
+
+
+def _task(t2, domain, task_id):
     from envace.benchmarks.tau2.loader import load_tasks
 
-    task = next(x for split in ("train", "test") for x in load_tasks(t2, domain, split) if str(x.id) == task_id)
+    if domain not in _TASKS:
+        _TASKS[domain] = {str(x.id): x for split in ("train", "test") for x in load_tasks(t2, domain, split)}
+    return _TASKS[domain][task_id]
+
+
+def _check(t2, domain, task_id, transitions):
+    task = _task(t2, domain, task_id)
     env = t2.registry.registry.get_env_constructor(domain)()
     ist = task.initial_state
     env.set_state(ist.initialization_data if ist else None, ist.initialization_actions if ist else None,
