@@ -1,6 +1,7 @@
 """policy=per_role through verl's own server plumbing: envace's trainer builds the Rehearse stack with
 verl's real `LLMServerManager.create`, `vLLMReplica` (rank slicing of the worker group, server actor
-names), `CheckpointEngineManager`, load balancer and client, on a CPU Ray cluster with 2 declared GPUs (one replica per role).
+names), `CheckpointEngineManager`, load balancer and client, on a CPU Ray cluster with 2 declared GPUs
+(one replica per role).
 
 Stand-ins (tests/verl/cpu_rollout.py): vLLM's import surface (verl's vLLM modules import it), the vLLM
 server class (registered where verl's replica looks for it) and the FSDP worker (a real verl `Worker`
