@@ -88,3 +88,20 @@ def ray_head():
         head.stop()
         with pytest.raises(ProcessLookupError):
             os.killpg(pgid, 0)
+
+
+@pytest.fixture(scope="module")
+def pinned_code_version():
+    """Cached cells are keyed by the code version; pinned, so a test's own rerun is a cache hit whatever the
+    working tree holds."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ENVACE_CODE_VERSION", "pinned-for-test")
+        yield
+
+
+@pytest.fixture
+def toy_sft() -> dict:
+    """A sweep `sft:` entry at toy size (seconds to build): a one-layer tiny model, two steps."""
+    return {"corpus_tasks": 12, "sft_tasks": 12, "steps": 2,
+            "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
+                     "intermediate_size": 64, "vocab_size": 400}}

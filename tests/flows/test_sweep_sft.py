@@ -3,7 +3,6 @@ it through {sft:NAME}, and evaluates the SFT model itself as the base (no-RL) ro
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -13,30 +12,17 @@ from mlflow.tracking import MlflowClient
 from envace.sweeps.cells import executions
 from envace.sweeps.grid import slugify
 
-pytestmark = pytest.mark.flows
-
-TOY_SFT = {"corpus_tasks": 12, "sft_tasks": 12, "steps": 2,
-           "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
-                    "intermediate_size": 64, "vocab_size": 400}}
+pytestmark = [pytest.mark.flows, pytest.mark.usefixtures("pinned_code_version")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def pinned_code_version():
-    old = os.environ.get("ENVACE_CODE_VERSION")
-    os.environ["ENVACE_CODE_VERSION"] = "pinned-for-test"
-    yield
-    if old is None:
-        os.environ.pop("ENVACE_CODE_VERSION", None)
-    else:
-        os.environ["ENVACE_CODE_VERSION"] = old
 
-
-def test_sweep_builds_its_sft_once_and_reports_the_base_row(prefect_harness, write_sweep, toy_eval, tmp_path):
+def test_sweep_builds_its_sft_once_and_reports_the_base_row(prefect_harness, write_sweep, toy_eval, toy_sft,
+                                                           tmp_path):
     from flows.sweep import run_sweep_from_file
 
     sft_out = tmp_path / "sft" / "toy"
     path = write_sweep(tmp_path, "with-sft", {"variant": {"envace": []}}, eval_overrides=toy_eval,
-                       sft={"toy": {"out": str(sft_out), **TOY_SFT}}, baselines={"base": "toy"})
+                       sft={"toy": {"out": str(sft_out), **toy_sft}}, baselines={"base": "toy"})
     spec = __import__("yaml").safe_load(path.read_text())
     spec["overrides"] = ["model={sft:toy}", *spec["overrides"][1:]]  # train from the sweep's own SFT
     path.write_text(__import__("yaml").safe_dump(spec, sort_keys=False))

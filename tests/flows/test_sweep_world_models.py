@@ -5,7 +5,6 @@ worldbench, and the task-gain vs world-model-gain table written and checked agai
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -14,31 +13,17 @@ import yaml
 
 from envace.sweeps.grid import slugify
 
-pytestmark = pytest.mark.flows
+pytestmark = [pytest.mark.flows, pytest.mark.usefixtures("pinned_code_version")]
 
 REPO = Path(__file__).resolve().parents[2]
-TOY_SFT = {"corpus_tasks": 12, "sft_tasks": 12, "steps": 2,
-           "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
-                    "intermediate_size": 64, "vocab_size": 400}}
 ARMS = ("envace", "grpo_env", "echo", "grounded", "per_role")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def pinned_code_version():
-    old = os.environ.get("ENVACE_CODE_VERSION")
-    os.environ["ENVACE_CODE_VERSION"] = "pinned-for-test"
-    yield
-    if old is None:
-        os.environ.pop("ENVACE_CODE_VERSION", None)
-    else:
-        os.environ["ENVACE_CODE_VERSION"] = old
-
-
-def toy_world_models(tmp_path: Path, toy_train: list[str], toy_eval: list[str]) -> Path:
+def toy_world_models(tmp_path: Path, toy_train: list[str], toy_eval: list[str], toy_sft: dict) -> Path:
     """The shipped sweep with toy sizes: arms, baselines, metrics and the worldbench section kept as shipped."""
     spec = yaml.safe_load((REPO / "configs/sweeps/world_models.yaml").read_text())
     spec["base"] = str(REPO / spec["base"])
-    spec["sft"] = {"default": {"out": str(tmp_path / "sft"), **TOY_SFT}}
+    spec["sft"] = {"default": {"out": str(tmp_path / "sft"), **toy_sft}}
     spec["overrides"] = [*spec["overrides"], *toy_train, "dynamic_sampling.enabled=false"]
     spec["eval_overrides"] = list(toy_eval)
     spec["seeds"] = [0]
@@ -52,10 +37,11 @@ def toy_world_models(tmp_path: Path, toy_train: list[str], toy_eval: list[str]) 
     return path
 
 
-def test_world_models_sweep_writes_the_task_vs_world_model_table(prefect_harness, toy_train, toy_eval, tmp_path):
+def test_world_models_sweep_writes_the_task_vs_world_model_table(prefect_harness, toy_train, toy_eval, toy_sft,
+                                                                 tmp_path):
     from flows.sweep import run_sweep_from_file
 
-    summary = run_sweep_from_file(toy_world_models(tmp_path, toy_train, toy_eval))
+    summary = run_sweep_from_file(toy_world_models(tmp_path, toy_train, toy_eval, toy_sft))
     assert summary["failed"] == {}
     assert sorted(summary["executed"]) == sorted([f"variant={a},seed=0" for a in (*ARMS, "base")])
     assert summary["worldbench"]["cached"] is False
