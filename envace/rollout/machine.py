@@ -47,9 +47,10 @@ from typing import Any
 from envace.config import RolloutConfig
 from envace.engines.base import GenerationEngine, GenRequest, GenResult
 from envace.execution_result import is_error_value
-from envace.roles.act import assistant_message, chat_ids, is_malformed, parse_act
+from envace.roles.act import assistant_message, is_malformed, parse_act
 from envace.roles.prompts import RESULT_CLOSE, simulator_system_prompt
 from envace.roles.rehearse import parse_execution_result, rehearse_messages
+from envace.rollout.engine_prompts import is_chat_engine, prompt_of
 from envace.rollout.seeds import derive_seed
 from envace.rollout.state import EpisodeState, Phase
 from envace.toolcall import ParsedAct
@@ -75,22 +76,6 @@ REHEARSE_STOP = [RESULT_CLOSE]  # nothing after the result block is ever read
 
 TurnGate = Callable[[Trajectory, int], bool]
 UserTurnHook = Callable[[list[EpisodeState]], None]
-
-
-def is_chat_engine(engine: object) -> bool:
-    return bool(getattr(engine, "chat", False))
-
-
-def prompt_of(engine: GenerationEngine, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-              *, enable_thinking: bool = True,
-              sampled: list[list[int] | None] | None = None) -> tuple[list[int], list[dict[str, Any]] | None, int]:
-    """(prompt ids, chat messages, prompt length in tokens) of an OpenAI-shape conversation for `engine`:
-    token ids from its chat template (`sampled[i]`: assistant message i's own sampled ids, carried
-    verbatim), or (chat engines) the messages themselves."""
-    if is_chat_engine(engine):
-        return [], conversation, int(engine.count_tokens(conversation, tools))  # type: ignore[attr-defined]
-    ids = chat_ids(engine.tokenizer, conversation, tools=tools, enable_thinking=enable_thinking, sampled=sampled)
-    return ids, None, len(ids)
 
 
 @dataclass

@@ -24,7 +24,8 @@ from envace.config import BaseConfig, RolloutConfig
 from envace.engines.base import GenerationEngine, GenRequest
 from envace.roles.act import strip_end_markers
 from envace.roles.rehearse import transcript
-from envace.rollout.machine import prompt_of, run_rollout
+from envace.rollout.engine_prompts import prompt_of
+from envace.rollout.machine import run_rollout
 from envace.rollout.seeds import derive_seed
 from envace.rollout.tts_prompts import (
     assess_prompt,
