@@ -16,7 +16,6 @@ AGENT_ERROR / USER_ERROR (a premature termination, reward 0), instead of τ²'s 
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -60,16 +59,6 @@ def _calls(t2: Tau2Modules, reply: AssistantReply, prefix: str, requestor: str) 
 _CLASSES: dict[int, tuple[type, type]] = {}
 
 
-def tool_schemas(seat: Any) -> list[dict]:
-    """The OpenAI schemas of a seat's tools (none: []), built once per seat (pydantic builds them slowly) and
-    copied each turn, so a policy that mutates them cannot change what the next turn sees."""
-    cached = getattr(seat, "_envace_tool_schemas", None)
-    if cached is None:
-        cached = [t.openai_schema for t in seat.tools] if seat.tools else []
-        seat._envace_tool_schemas = cached
-    return copy.deepcopy(cached)
-
-
 def adapter_classes(t2: Tau2Modules) -> tuple[type, type]:
     """(PolicyAgent, PolicyUser) built on the given τ² modules (cached per import)."""
     if id(t2) in _CLASSES:
@@ -95,7 +84,7 @@ def adapter_classes(t2: Tau2Modules) -> tuple[type, type]:
                 state.messages.append(message)
             step = len(state.messages)
             reply = self.policy.reply(to_openai(state.system_messages + state.messages),
-                                      tool_schemas(self),
+                                      [t.openai_schema for t in self.tools],
                                       seed=derive_seed(self.base_seed, "agent", step),
                                       context={**self.context, "role": "agent", "step": step})
             self.replies.append(reply)
@@ -125,7 +114,8 @@ def adapter_classes(t2: Tau2Modules) -> tuple[type, type]:
             else:
                 state.messages.append(message)
             step = len(state.messages)
-            reply = self.policy.reply(to_openai(state.system_messages + state.flip_roles()), tool_schemas(self),
+            tools = [t.openai_schema for t in self.tools] if self.tools else []
+            reply = self.policy.reply(to_openai(state.system_messages + state.flip_roles()), tools,
                                       seed=derive_seed(self.base_seed, "user", step),
                                       context={**self.context, "role": "user", "step": step})
             if not (reply.content or "").strip() and not reply.tool_calls:
