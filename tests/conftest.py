@@ -17,6 +17,12 @@ configure_environment()  # tests run under the entry points' OpenMP wait policy 
 # 16-CPU test cluster on 2 cores would spend half a minute on processes no test uses); the Ray tests here
 # (local clusters, `ray start` heads) start only the actors and tasks they ask for.
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+# A new local `ray.init()` turns Ray's token authentication on unless RAY_AUTH_MODE says otherwise, and
+# shares one token file (~/.ray/auth_token, written when missing, not atomically) between every process of
+# the machine: two workers starting local clusters can then hand a GCS and its own driver different tokens
+# (InvalidAuthToken at start). The tests' local clusters run without it; the tests of token authentication
+# (a `ray start` head with its own token, the sweep and pipeline runners that connect to it) set it themselves.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import torch  # noqa: E402 - after the wait policy, which the OpenMP runtime reads when torch loads it
 

@@ -32,13 +32,13 @@ def cpu_ray(verl_api):
 
     from envace.trainers.verl import rollout_names
 
-    cpu_rollout.install_vllm_import_surface()
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "verl"), os.environ.get("PYTHONPATH", "")]),
            "ENVACE_TEST_FAKE_VLLM": "1", "VERL_USE_EXTERNAL_MODULES": "envace.trainers.verl_plugin",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    ray.init(num_cpus=16, num_gpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             runtime_env={"env_vars": env})
-    try:
+    cpu_rollout.install_vllm_import_surface()
+    try:  # the stand-in vllm is removed even when Ray does not start (later tests import the real absence)
+        ray.init(num_cpus=16, num_gpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 runtime_env={"env_vars": env})
         yield ray
     finally:
         ray.shutdown()
