@@ -1,5 +1,7 @@
-"""A `BenchPolicy` behind the `GenerationEngine` protocol, so chat-level callers (benchmarks, OpenAI-compatible
-endpoints) run episodes through the ONE rollout state machine (envace.rollout.machine).
+"""Chat-level engines behind the `GenerationEngine` protocol, so chat-level callers (benchmarks, OpenAI-compatible
+endpoints) run episodes through the ONE rollout state machine (envace.rollout.machine): `ChatPolicyEngine`
+(a `BenchPolicy` in the Act seat) and `ChatTextEngine` (an endpoint's raw text, e.g. a frozen simulator in
+the Rehearse seat).
 
 The machine sends the conversation in `GenRequest.messages` / `GenRequest.tools`; this adapter normalises
 it for an OpenAI endpoint, asks the policy and returns the reply as Act text (content + Hermes
@@ -7,6 +9,12 @@ it for an OpenAI endpoint, asks the policy and returns the reply as Act text (co
 error. The request's temperature / max_tokens go to a copy of the policy when it has those attributes,
 else `notes` says they were not applied. No token ids or log-probs exist at this level. Departure: without
 the policy's tokenizer (an HTTP endpoint), the context limit is estimated as characters / `chars_per_token`.
+
+`ChatTextEngine` sends each request's messages to an OpenAI-compatible client (`chat(messages, ...)`) with
+the request's temperature, top_p, max_new_tokens and seed, and cuts the reply after the first stop string,
+keeping it (the `GenRequest` contract; OpenAI servers drop the stop string, so stops are applied here, not
+sent). The reply is untrusted text for the caller's strict parser. A client error propagates: a failed
+endpoint stops the run, it never becomes an observation.
 """
 
 from __future__ import annotations
@@ -110,4 +118,40 @@ class ChatPolicyEngine:
                 meta["parse_error"], meta["detail"] = reply.parse_error, reply.detail
             out.append(GenResult(token_ids=[], logprobs=[], text=act_text(reply),
                                  finish_reason="length" if reply.finish_reason == "length" else "stop", meta=meta))
+        return out
+
+
+def cut_at_stop(text: str, stop: list[str]) -> str:
+    """`text` up to and including the first occurrence of any stop string (unchanged without one)."""
+    ends = [i + len(st) for st in stop if st and (i := text.find(st)) >= 0]
+    return text[: min(ends)] if ends else text
+
+
+class ChatTextEngine:
+    """`GenerationEngine` over an OpenAI-compatible chat client's raw text (see module doc)."""
+
+    chat = True
+    tokenizer = None
+
+    def __init__(self, client: Any, *, name: str = "", chars_per_token: float = 4.0) -> None:
+        self.client = client
+        self.name = name
+        self.chars_per_token = chars_per_token
+
+    def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+        chars = len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools or [], ensure_ascii=False))
+        return int(chars / self.chars_per_token) + 1
+
+    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+        out = []
+        for req in requests:
+            if req.messages is None:
+                raise ValueError("ChatTextEngine needs GenRequest.messages (a chat-level request); the rollout "
+                                 "sends them to engines with chat = True")
+            res = self.client.chat(openai_messages(req.messages), temperature=req.temperature, top_p=req.top_p,
+                                   max_tokens=req.max_new_tokens, seed=req.seed)
+            text = cut_at_stop(str(res.text or ""), list(req.stop))
+            stopped = len(text) < len(str(res.text or "")) or res.finish_reason != "length"
+            out.append(GenResult(token_ids=[], logprobs=[], text=text, finish_reason="stop" if stopped else "length",
+                                 meta={"finish_reason": res.finish_reason}))
         return out

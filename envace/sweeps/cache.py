@@ -114,12 +114,14 @@ def input_hash(path: str | Path) -> str:
 
 
 def config_inputs(cfg: BaseConfig) -> list[str]:
-    """The paths a train / eval config reads: model dir, data file, simulator model."""
+    """The paths a train / eval config reads: model dir, data file, simulator model (a local simulator slot's
+    dir too; an endpoint simulator is named in the config digest, its weights are not here to hash)."""
     paths = [getattr(cfg, "model", None)]
     data = getattr(cfg, "data", None)
     paths.append(getattr(data, "path", None))
     rollout = getattr(cfg, "rollout", None)
     paths.append(getattr(rollout, "simulator_model", None))
+    paths.append(getattr(getattr(cfg, "simulator", None), "model_dir", None))
     return [str(p) for p in paths if p]
 
 

@@ -157,6 +157,12 @@ class TrainConfig(BaseConfig):
                                                      "judge error, left out of the baselines (reference: 5).")
     judge_retry_delay_s: float = Field(1.0, ge=0, description="Wait before judge retry k: delay * 2^(k-1), at most "
                                                               "30 s (0 for a local judge: waiting does not help it).")
+    simulator: ModelSlot | None = Field(None, description="Frozen simulator of rollout.mode=simulator, any model slot: "
+                                        "simulator.model_dir=DIR (in-process, with its own tokenizer) or "
+                                        "simulator.base_url=URL simulator.model=NAME [simulator.api_key_env=VAR] (an "
+                                        "OpenAI-compatible chat endpoint: a GTM- or Simia-style simulator). It is "
+                                        "sent the Rehearse prompt and sampled with rollout.rehearse; "
+                                        "rollout.simulator_model=DIR is the shorthand for a local dir.")
     flip_advantage_sign: bool = Field(False, description="Diagnostic: negate every advantage; a working loop then "
                                                          "drives the reward down.")
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig,
@@ -177,8 +183,17 @@ class TrainConfig(BaseConfig):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        if self.rollout.mode == "simulator" and not self.rollout.simulator_model:
-            raise ConfigError("rollout.mode='simulator' needs rollout.simulator_model=DIR (the frozen simulator model)")
+        if self.simulator is not None and self.rollout.simulator_model:
+            raise ConfigError(f"both simulator ({self.simulator.label()}) and rollout.simulator_model "
+                              f"({self.rollout.simulator_model}) are set; keep one (simulator=null or "
+                              "rollout.simulator_model=null)", field="simulator")
+        if self.rollout.mode == "simulator" and self.simulator_slot is None:
+            raise ConfigError("rollout.mode='simulator' needs a frozen simulator: rollout.simulator_model=DIR, "
+                              "simulator.model_dir=DIR, or simulator.base_url=URL simulator.model=NAME",
+                              field="simulator")
+        if self.rollout.mode != "simulator" and self.simulator_slot is not None:
+            raise ConfigError(f"a simulator is set but rollout.mode={self.rollout.mode!r} never asks it; set "
+                              "rollout.mode=simulator or remove the simulator", field="simulator")
         if self.reward == "env_state" and self.rollout.mode == "rehearse":
             raise ConfigError("reward='env_state' reads a real environment, which rehearse mode never touches; "
                               "use reward=checklist_rule (or rollout.mode=env)")
@@ -206,6 +221,13 @@ class TrainConfig(BaseConfig):
                               f"{self.data.source!r}, rollout.mode={self.rollout.mode!r}; it needs data.source=world "
                               "and a rehearsed mode (rehearse or simulator): set shadow_monitor=null")
         return self
+
+    @property
+    def simulator_slot(self) -> ModelSlot | None:
+        """The frozen simulator's slot (`simulator`, or the `rollout.simulator_model` shorthand); None: none."""
+        if self.simulator is not None:
+            return self.simulator
+        return ModelSlot(model_dir=self.rollout.simulator_model) if self.rollout.simulator_model else None
 
     @property
     def shadow_enabled(self) -> bool:

@@ -189,6 +189,21 @@ def _shadow_metrics(trajs: list[Trajectory], scorer: RewardScorer) -> dict[str, 
     return shadow_metrics(trajs, results)
 
 
+def frozen_simulator(cfg: TrainConfig, device: Any) -> Any:
+    """The simulator mode's frozen engine from its slot: a local dir with its own tokenizer (its prompts are
+    rendered by its own chat template), or an endpoint's chat API (`ChatTextEngine`)."""
+    from envace.engines.slots import SlotKind, resolve_model_dir
+    from envace.rollout.chat_engine import ChatTextEngine
+
+    slot = cfg.simulator_slot
+    assert slot is not None  # TrainConfig checks simulator mode has one
+    if slot.kind is SlotKind.ENDPOINT:
+        return ChatTextEngine(slot.build_client("simulator"), name=f"endpoint:{slot.label()}")
+    slot.check("simulator")
+    sim_model, sim_tokenizer = load_policy(resolve_model_dir(slot.model_dir), device=device)  # type: ignore[arg-type]
+    return make_engine(sim_model, sim_tokenizer, device=device)
+
+
 def train(cfg: TrainConfig, *, rehearse_engine: Any = None) -> TrainResult:
     """Train under an exclusive lock on `cfg.out_dir` (one writer per run folder: envace.trainers.run_lock).
     `rehearse_engine` (diagnostics and tests): a callable (tokenizer, task pool) -> engine that plays Rehearse
@@ -221,10 +236,7 @@ def _train(cfg: TrainConfig, rehearse_engine: Any = None) -> TrainResult:
         load_optimizer_states(resume, policy.optimizers)
         start = resume.step
     mode = Mode(cfg.rollout.mode)
-    simulator = None
-    if mode is Mode.SIMULATOR:
-        sim_model, _ = load_policy(cfg.rollout.simulator_model, device=device)
-        simulator = make_engine(sim_model, policy.tokenizer, device=device)
+    simulator = frozen_simulator(cfg, device) if mode is Mode.SIMULATOR else None
     env_factory = scorer.env_factory() if mode is Mode.ENV else None
     tracker = RunTracker(cfg, resume_meta=own_resume_meta(resume.meta, out_dir) if resume else None)
     if resume is not None:  # a kill during its MLflow upload left it unrecorded (or its model version missing)
