@@ -92,9 +92,11 @@ class SFTWork:
     def step(self) -> None:
         import torch
 
-        from envace.trainers.sft import collate, draw_batch
+        from envace.trainers.sft import BatchDrawer, collate
 
-        ids, att, labels = collate(draw_batch(self.acts, self.rehs, self.cfg, self.rng), self.tok.pad_token_id)
+        if not hasattr(self, "draw"):
+            self.draw = BatchDrawer(self.acts, self.rehs, self.cfg, self.rng)
+        ids, att, labels = collate(self.draw(), self.tok.pad_token_id)
         logits = self.model(input_ids=ids, attention_mask=att).logits[:, :-1]
         tgt = labels[:, 1:]
         per_tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),

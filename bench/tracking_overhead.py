@@ -39,50 +39,48 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
 
-import envace.trainers.embedded as embedded
-from envace.models.corpus import world_corpus
-from envace.models.tiny import TinyModelConfig, init_tiny_model
-from envace.trainers.config import TrainConfig
-from envace.trainers.run_tracker import RunTracker
+def timed_tracker_class():
+    """RunTracker that records when each step's `log_step` starts and how long its own calls take (built
+    on first use: `--help` loads neither torch nor the trainer)."""
+    from envace.trainers.run_tracker import RunTracker
 
+    class TimedTracker(RunTracker):
 
-class TimedTracker(RunTracker):
-    """RunTracker that records when each step's `log_step` starts and how long its own calls take."""
+        log: dict | None = None  # set per run by `run_once`
 
-    log: dict | None = None  # set per run by `run_once`
+        def __init__(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            super().__init__(*args, **kwargs)
+            self.log["setup_s"] = time.perf_counter() - t0
 
-    def __init__(self, *args, **kwargs):
-        t0 = time.perf_counter()
-        super().__init__(*args, **kwargs)
-        self.log["setup_s"] = time.perf_counter() - t0
+        def _mark(self) -> None:
+            self.log["marks"].append((time.perf_counter(), time.process_time()))
 
-    def _mark(self) -> None:
-        self.log["marks"].append((time.perf_counter(), time.process_time()))
+        def _timed(self, name: str, fn, *args):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self.log["calls"][name] = self.log["calls"].get(name, 0.0) + time.perf_counter() - t0
 
-    def _timed(self, name: str, fn, *args):
-        t0 = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            self.log["calls"][name] = self.log["calls"].get(name, 0.0) + time.perf_counter() - t0
+        def log_step(self, step, metrics, trajs):
+            self._mark()
+            self.log["metrics"].append({k: v for k, v in metrics.items() if not k.startswith("time/")})
+            self._timed("log_step", super().log_step, step, metrics, trajs)
 
-    def log_step(self, step, metrics, trajs):
-        self._mark()
-        self.log["metrics"].append({k: v for k, v in metrics.items() if not k.startswith("time/")})
-        self._timed("log_step", super().log_step, step, metrics, trajs)
+        def flush(self):
+            self._timed("flush", super().flush)
 
-    def flush(self):
-        self._timed("flush", super().flush)
+        def close(self):
+            self._mark()
+            self._timed("close", super().close)
 
-    def close(self):
-        self._mark()
-        self._timed("close", super().close)
+        # the parts of log_step / flush, for the breakdown (tracking on only)
+        def _send_metrics(self):
+            self._timed("  mlflow metrics", super()._send_metrics)
 
-    # the parts of log_step / flush, for the breakdown (tracking on only)
-    def _send_metrics(self):
-        self._timed("  mlflow metrics", super()._send_metrics)
+    return TimedTracker
 
 
 def _timed_writer_calls(log: dict):
@@ -111,8 +109,11 @@ def _timed_writer_calls(log: dict):
 
 
 def run_once(tiny: Path, work: Path, index: int, on: bool, args: argparse.Namespace) -> dict:
+    import envace.trainers.embedded as embedded
+    from envace.trainers.config import TrainConfig
+
     log: dict = {"marks": [], "metrics": [], "calls": {}, "setup_s": 0.0}
-    TimedTracker.log = log
+    embedded.RunTracker.log = log  # the TimedTracker main() put in the trainer's place
     cfg = TrainConfig.model_validate({
         "model": str(tiny), "out_dir": str(work / f"run{index}_{'on' if on else 'off'}"), "steps": args.steps,
         "prompts_per_step": args.prompts, "k": args.k, "save_every": args.save_every, "seed": args.seed,
@@ -152,11 +153,17 @@ def main(argv: list[str] | None = None) -> dict:
                     "then show the machine's noise floor")
     ap.add_argument("--dir", default=None, help="work dir (default: a temp dir, removed at the end)")
     args = ap.parse_args(argv)
+    import torch
+
+    import envace.trainers.embedded as embedded
+    from envace.models.corpus import world_corpus
+    from envace.models.tiny import TinyModelConfig, init_tiny_model
+
     torch.set_num_threads(args.threads)
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="tracking-overhead-"))
     work.mkdir(parents=True, exist_ok=True)
     original = embedded.RunTracker
-    embedded.RunTracker = TimedTracker
+    embedded.RunTracker = timed_tracker_class()
     try:
         tiny = init_tiny_model(world_corpus(200, seed=0), work / "tiny", TinyModelConfig(seed=0))
         run_once(tiny, work, 999, False, args)  # warm-up (page cache, torch), not counted

@@ -33,6 +33,8 @@ class DemoConfig(BaseConfig):
     sft_budget_s: float = Field(300.0, gt=0, description="SFT wall-clock budget (used when sft_steps is None).")
     sft_steps: int | None = Field(1400, description="SFT steps (batch 16). The tiny model copies entities from the "
                                                    "request only after ~20 k sequences; 500 steps leave it near 0 %.")
+    sft_length_groups: int = Field(1, ge=1, description="SFT length-grouped batches (SFTConfig.length_groups: "
+                                                        "this many batches drawn at once and cut by length).")
     rl_steps: int = Field(12, ge=1, description="RL steps per method.")
     prompts_per_step: int = Field(8, ge=1, description="Prompts per RL step.")
     k: int = Field(4, ge=2, description="Trajectories per prompt.")
@@ -121,6 +123,7 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
         # the demo's SFT and RL read generated tasks (DataConfig seeds), not the exported files
         summary["sft"] = run_sft(SFTConfig(model=str(model_dir), out_dir=str(layout.sft), steps=cfg.sft_steps,
                                            time_budget_s=cfg.sft_budget_s, seed=cfg.seed,
+                                           length_groups=cfg.sft_length_groups,
                                            data=DataConfig(n_tasks=cfg.sft_tasks, seed=cfg.seed)))
         sft_model = layout.sft_model
         summary["eval_sft"] = _eval(sft_model, cfg, out, "sft", store)

@@ -247,6 +247,10 @@ class SFTConfig(BaseConfig):
     pack_act: bool = Field(True, description="One Act sample per task: the whole gold conversation, loss on "
                                              "every assistant message (else one sample per message).")
     batch_size: int = Field(16, ge=1, description="Sequences per step.")
+    length_groups: int = Field(1, ge=1, description="Length-grouped batches: draw this many batches' samples of one "
+                                                    "role at once (each uniformly, with replacement), sort them by "
+                                                    "length and cut them into batches, used in random order, so a "
+                                                    "batch pads less (1 = every batch drawn on its own).")
     steps: int | None = Field(None, ge=1, description="Optimizer steps (None: run for time_budget_s).")
     time_budget_s: float = Field(240.0, gt=0, description="Wall-clock budget when steps is None.")
     lr: float = Field(2e-3, gt=0, description="Peak learning rate (cosine decay to 10%).")

@@ -214,11 +214,29 @@ def collate(batch: list[Sample], pad_id: int) -> tuple[torch.Tensor, torch.Tenso
     return ids, att, labels
 
 
-def draw_batch(acts: list[Sample], rehs: list[Sample], cfg: SFTConfig, rng: random.Random) -> list[Sample]:
+class BatchDrawer:
     """One role per batch (Act with probability `act_fraction`): the two roles' sequences differ in
-    length, and a mixed batch pads the short ones to the long ones."""
-    pool = acts if (not rehs or (acts and rng.random() < cfg.act_fraction)) else rehs
-    return [rng.choice(pool) for _ in range(cfg.batch_size)]
+    length, and a mixed batch pads the short ones to the long ones. Samples are drawn uniformly with
+    replacement; with `length_groups` = G > 1 a role's next G batches are drawn at once, sorted by length,
+    cut into G batches and handed out in random order (every sample is still a uniform draw, and the
+    expected gradient of a group of steps is unchanged; only which samples share a step differs)."""
+
+    def __init__(self, acts: list[Sample], rehs: list[Sample], cfg: SFTConfig, rng: random.Random) -> None:
+        self.acts, self.rehs, self.cfg, self.rng = acts, rehs, cfg, rng
+        self.queued: dict[int, list[list[Sample]]] = {id(acts): [], id(rehs): []}
+
+    def __call__(self) -> list[Sample]:
+        cfg, rng = self.cfg, self.rng
+        pool = self.acts if (not self.rehs or (self.acts and rng.random() < cfg.act_fraction)) else self.rehs
+        if cfg.length_groups == 1:
+            return [rng.choice(pool) for _ in range(cfg.batch_size)]
+        queue = self.queued[id(pool)]
+        if not queue:
+            drawn = sorted((rng.choice(pool) for _ in range(cfg.batch_size * cfg.length_groups)),
+                           key=lambda s: len(s.ids))
+            queue.extend(drawn[i:i + cfg.batch_size] for i in range(0, len(drawn), cfg.batch_size))
+            rng.shuffle(queue)
+        return queue.pop()
 
 
 def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
@@ -243,6 +261,7 @@ def sft(cfg: SFTConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     cfg.save_resolved(out)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    draw = BatchDrawer(acts, rehs, cfg, rng)
     # with a time budget the schedule length is estimated from the first steps' speed
     total = cfg.steps or 10_000
     t0 = time.perf_counter()
@@ -261,7 +280,7 @@ def sft(cfg: SFTConfig) -> dict:
                 break
             if step == 20:
                 total = max(cfg.warmup_steps + 1, int(cfg.time_budget_s / (elapsed / 20)))
-        batch = draw_batch(acts, rehs, cfg, rng)
+        batch = draw()
         ids, att, labels = (t.to(device) for t in collate(batch, tok.pad_token_id))
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, cfg)

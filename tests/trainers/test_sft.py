@@ -11,7 +11,7 @@ import torch
 from envace.data.config import DataConfig
 from envace.models.loading import load_policy
 from envace.trainers.config import SFTConfig
-from envace.trainers.sft import Sample, act_samples, build_samples, collate, draw_batch, packed_act_sample, sft
+from envace.trainers.sft import BatchDrawer, Sample, act_samples, build_samples, collate, packed_act_sample, sft
 from envace.types import Role
 from envace.worlds.generator import generate_tasks
 
@@ -81,17 +81,37 @@ def test_collate_labels_only_targets():
     assert labels.tolist() == [[-100, 6, -100, 8], [-100, 3, -100, -100]]
 
 
-def test_batches_hold_one_role_at_the_configured_rate():
+@pytest.mark.parametrize("groups", [1, 5])
+def test_batches_hold_one_role_at_the_configured_rate(groups):
     acts = [Sample.of(Role.ACT, [1], [2])]
     rehs = [Sample.of(Role.REHEARSE, [1], [2])]
-    cfg = SFTConfig(model="m", act_fraction=0.25, batch_size=4)
-    rng = random.Random(0)
-    batches = [draw_batch(acts, rehs, cfg, rng) for _ in range(2000)]
+    cfg = SFTConfig(model="m", act_fraction=0.25, batch_size=4, length_groups=groups)
+    draw = BatchDrawer(acts, rehs, cfg, random.Random(0))
+    batches = [draw() for _ in range(2000)]
     assert all(len({s.role for s in b}) == 1 and len(b) == 4 for b in batches)
     share = sum(b[0].role is Role.ACT for b in batches) / len(batches)
     assert 0.21 < share < 0.29
-    assert {s.role for s in draw_batch(acts, [], cfg, rng)} == {Role.ACT}
-    assert {s.role for s in draw_batch([], rehs, cfg, rng)} == {Role.REHEARSE}
+    assert {s.role for s in BatchDrawer(acts, [], cfg, random.Random(0))()} == {Role.ACT}
+    assert {s.role for s in BatchDrawer([], rehs, cfg, random.Random(0))()} == {Role.REHEARSE}
+
+
+def test_length_groups_pad_less_and_draw_every_sample_alike():
+    """Ten Act samples of lengths 2..11: grouped batches of 2 from groups of 5 batches hold near lengths
+    (each batch's spread is small against the ungrouped one), and over many draws every sample is drawn
+    about equally often (a uniform draw, only the grouping differs)."""
+    acts = [Sample.of(Role.ACT, [1] * n, [2]) for n in range(1, 11)]
+    spread = {}
+    counts = {}
+    for groups in (1, 5):
+        cfg = SFTConfig(model="m", act_fraction=1.0, batch_size=2, length_groups=groups)
+        draw = BatchDrawer(acts, [], cfg, random.Random(1))
+        batches = [draw() for _ in range(5000)]
+        spread[groups] = sum(max(len(s.ids) for s in b) - min(len(s.ids) for s in b) for b in batches) / len(batches)
+        counts[groups] = [sum(s is a for b in batches for s in b) for a in acts]
+    assert spread[5] < 0.6 * spread[1]  # hand-worked: 3.3 ungrouped (E|X - Y| over 10 values), ~1.2 grouped
+    assert 3.0 < spread[1] < 3.6
+    for n in counts[5]:
+        assert abs(n - 1000) < 120  # 10,000 draws over 10 samples
 
 
 def test_sft_lowers_both_roles_target_loss(tiny_model_dir, tmp_path, tok):
