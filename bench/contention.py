@@ -80,22 +80,20 @@ class SFTWork:
         from envace.data.tasks import load_tasks
         from envace.models.loading import load_policy
         from envace.trainers.config import SFTConfig
-        from envace.trainers.sft import build_samples
+        from envace.trainers.sft import BatchDrawer, build_samples
 
         self.cfg = SFTConfig(model=str(model_dir), data=DataConfig(n_tasks=300, seed=0))
         self.model, self.tok = load_policy(model_dir, device="cpu")
         self.acts, self.rehs = build_samples(load_tasks(self.cfg.data), self.tok, self.cfg)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
-        self.rng = random.Random(0)
+        self.draw = BatchDrawer(self.acts, self.rehs, self.cfg, random.Random(0))
         self.model.train()
 
     def step(self) -> None:
         import torch
 
-        from envace.trainers.sft import BatchDrawer, collate
+        from envace.trainers.sft import collate
 
-        if not hasattr(self, "draw"):
-            self.draw = BatchDrawer(self.acts, self.rehs, self.cfg, self.rng)
         ids, att, labels = collate(self.draw(), self.tok.pad_token_id)
         logits = self.model(input_ids=ids, attention_mask=att).logits[:, :-1]
         tgt = labels[:, 1:]

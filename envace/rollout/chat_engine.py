@@ -63,6 +63,13 @@ def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def estimated_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                     chars_per_token: float) -> int:
+    """A prompt's length in tokens without a tokenizer: its JSON characters / `chars_per_token`, rounded up."""
+    chars = len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools or [], ensure_ascii=False))
+    return int(chars / chars_per_token) + 1
+
+
 class ChatPolicyEngine:
     """`GenerationEngine` over a `BenchPolicy` (see module doc). `context` is passed to every reply."""
 
@@ -84,8 +91,7 @@ class ChatPolicyEngine:
                 return len(model.render(openai_messages(messages), tools)[1])
             except Exception:  # a template that cannot render this: fall back to the estimate
                 pass
-        chars = len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools or [], ensure_ascii=False))
-        return int(chars / self.chars_per_token) + 1
+        return estimated_tokens(messages, tools, self.chars_per_token)
 
     def _policy_for(self, temperature: float, max_tokens: int) -> BenchPolicy:
         key = (temperature, max_tokens)
@@ -139,8 +145,7 @@ class ChatTextEngine:
         self.chars_per_token = chars_per_token
 
     def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
-        chars = len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools or [], ensure_ascii=False))
-        return int(chars / self.chars_per_token) + 1
+        return estimated_tokens(messages, tools, self.chars_per_token)
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
         out = []
@@ -150,8 +155,9 @@ class ChatTextEngine:
                                  "sends them to engines with chat = True")
             res = self.client.chat(openai_messages(req.messages), temperature=req.temperature, top_p=req.top_p,
                                    max_tokens=req.max_new_tokens, seed=req.seed)
-            text = cut_at_stop(str(res.text or ""), list(req.stop))
-            stopped = len(text) < len(str(res.text or "")) or res.finish_reason != "length"
+            raw = str(res.text or "")
+            text = cut_at_stop(raw, list(req.stop))
+            stopped = len(text) < len(raw) or res.finish_reason != "length"
             out.append(GenResult(token_ids=[], logprobs=[], text=text, finish_reason="stop" if stopped else "length",
                                  meta={"finish_reason": res.finish_reason}))
         return out

@@ -192,16 +192,14 @@ def _shadow_metrics(trajs: list[Trajectory], scorer: RewardScorer) -> dict[str, 
 def frozen_simulator(cfg: TrainConfig, device: Any) -> Any:
     """The simulator mode's frozen engine from its slot: a local dir with its own tokenizer (its prompts are
     rendered by its own chat template), or an endpoint's chat API (`ChatTextEngine`)."""
-    from envace.engines.slots import SlotKind, resolve_model_dir
+    from envace.engines.slots import SlotKind
     from envace.rollout.chat_engine import ChatTextEngine
 
     slot = cfg.simulator_slot
     assert slot is not None  # TrainConfig checks simulator mode has one
     if slot.kind is SlotKind.ENDPOINT:
         return ChatTextEngine(slot.build_client("simulator"), name=f"endpoint:{slot.label()}")
-    slot.check("simulator")
-    sim_model, sim_tokenizer = load_policy(resolve_model_dir(slot.model_dir), device=device)  # type: ignore[arg-type]
-    return make_engine(sim_model, sim_tokenizer, device=device)
+    return slot.build_chat_model("simulator", device=str(device)).engine
 
 
 def train(cfg: TrainConfig, *, rehearse_engine: Any = None) -> TrainResult:

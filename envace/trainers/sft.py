@@ -223,14 +223,15 @@ class BatchDrawer:
 
     def __init__(self, acts: list[Sample], rehs: list[Sample], cfg: SFTConfig, rng: random.Random) -> None:
         self.acts, self.rehs, self.cfg, self.rng = acts, rehs, cfg, rng
-        self.queued: dict[int, list[list[Sample]]] = {id(acts): [], id(rehs): []}
+        self.queued: dict[Role, list[list[Sample]]] = {Role.ACT: [], Role.REHEARSE: []}
 
     def __call__(self) -> list[Sample]:
         cfg, rng = self.cfg, self.rng
-        pool = self.acts if (not self.rehs or (self.acts and rng.random() < cfg.act_fraction)) else self.rehs
+        role = Role.ACT if (not self.rehs or (self.acts and rng.random() < cfg.act_fraction)) else Role.REHEARSE
+        pool = self.acts if role is Role.ACT else self.rehs
         if cfg.length_groups == 1:
             return [rng.choice(pool) for _ in range(cfg.batch_size)]
-        queue = self.queued[id(pool)]
+        queue = self.queued[role]
         if not queue:
             drawn = sorted((rng.choice(pool) for _ in range(cfg.batch_size * cfg.length_groups)),
                            key=lambda s: len(s.ids))

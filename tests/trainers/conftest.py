@@ -1,6 +1,6 @@
 """Shared fixtures for trainer tests: a tiny random model built from the tool-world corpus, the same model
-briefly SFT'd on Act demonstrations (so it makes tool calls), and real training rows of both roles sampled
-from it."""
+briefly SFT'd on Act demonstrations (so it makes tool calls), real training rows of both roles sampled
+from it, and a spy on the trajectories a training run scores."""
 
 from __future__ import annotations
 
@@ -32,6 +32,22 @@ def act_sft_dir(tiny_model_dir, tmp_path_factory):
     sft(SFTConfig(model=str(tiny_model_dir), out_dir=str(out), steps=150, batch_size=16, lr=3e-3, warmup_steps=10,
                   act_fraction=1.0, threads=1, progress=False, data={"n_tasks": 200}))
     return out / "model"
+
+
+@pytest.fixture
+def scored(monkeypatch):
+    """Every trajectory the trainer scores (a spy around RewardScorer.score; the real scorer runs)."""
+    from envace.trainers import rewarding
+
+    seen = []
+    real = rewarding.RewardScorer.score
+
+    def spy(self, trajs):
+        real(self, trajs)
+        seen.extend(trajs)
+
+    monkeypatch.setattr(rewarding.RewardScorer, "score", spy)
+    return seen
 
 
 @pytest.fixture

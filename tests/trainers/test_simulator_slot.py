@@ -19,7 +19,6 @@ from envace.engines.server import background_server
 from envace.execution_result import RESULT_CLOSE, RESULT_OPEN
 from envace.roles.prompts import SEC_CURRENT
 from envace.rollout.chat_engine import cut_at_stop
-from envace.trainers import rewarding
 from envace.trainers.config import TrainConfig
 from envace.trainers.embedded import train
 from envace.types import Role
@@ -55,19 +54,6 @@ def simulator_endpoint():
 
     with background_server(app) as url:
         yield url, requests
-
-
-@pytest.fixture
-def scored(monkeypatch):
-    seen = []
-    real = rewarding.RewardScorer.score
-
-    def spy(self, trajs):
-        real(self, trajs)
-        seen.extend(trajs)
-
-    monkeypatch.setattr(rewarding.RewardScorer, "score", spy)
-    return seen
 
 
 def _cfg(model_dir, out_dir, **kw):

@@ -25,7 +25,6 @@ from envace.conversation import is_error_result, split_turns
 from envace.engines.server import background_server
 from envace.rewards.checklist import JudgeErrorKind
 from envace.rewards.llm_judge import render_transcript
-from envace.trainers import rewarding
 from envace.trainers.config import TrainConfig
 from envace.trainers.embedded import train
 from envace.types import TerminationReason
@@ -41,20 +40,6 @@ def _cfg(model_dir, out_dir, judge, **kw):
                 reward="checklist_llm", judge=judge, judge_attempts=ATTEMPTS, judge_retry_delay_s=0.0)
     base.update(kw)
     return TrainConfig.model_validate(base)
-
-
-@pytest.fixture
-def scored(monkeypatch):
-    """Every trajectory the trainer scores (a spy around RewardScorer.score; the real scorer runs)."""
-    seen = []
-    real = rewarding.RewardScorer.score
-
-    def spy(self, trajs):
-        real(self, trajs)
-        seen.extend(trajs)
-
-    monkeypatch.setattr(rewarding.RewardScorer, "score", spy)
-    return seen
 
 
 def _check_unscored_rows_and_counters(trajs, history):
