@@ -4,8 +4,8 @@ KV cache (arithmetic in `envace.engines.fast_model.DecoderKernel`).
 Same contract and results as `envace.engines.hf.HFEngine`, the reference kept for models this one cannot
 run (`envace.engines.factory.make_engine` chooses): a request gives the same tokens alone, in any batch
 and in either engine, up to float rounding of the logits. Where it saves time: packed prefill into one
-static cache, sampling without a vocabulary sort, finished rows dropped in one copy once a quarter of the
-batch has finished, and stop strings checked on a tail window of the decode (a hit is confirmed on the
+static cache (a prompt repeated in the batch, as a task's K samples are, prefilled once), sampling
+without a vocabulary sort, finished rows dropped in one copy once a quarter of the batch has finished,
 full decode, so the stop point is HFEngine's).
 """
 
@@ -115,15 +115,26 @@ class FastEngine:
                 for i in range(b)]
 
     def _prefill(self, cache: KVCache, reqs: list[GenRequest], width: int) -> torch.Tensor:
-        """Prefill in packed chunks of about `prefill_tokens` tokens; logits (rows, V) at each last token."""
+        """Prefill in packed chunks of about `prefill_tokens` tokens; logits (rows, V) at each last token.
+        A prompt asked for several times (the K samples of a task) is prefilled once and its cache row
+        copied to the others."""
+        first: dict[tuple[int, ...], int] = {}
+        src = [first.setdefault(tuple(r.prompt_ids), i) for i, r in enumerate(reqs)]
+        uniq = [i for i in range(len(reqs)) if src[i] == i]
         out, chunk, n_tok = [], [], 0
-        for i, r in enumerate(reqs):
+        for k, i in enumerate(uniq):
             chunk.append(i)
-            n_tok += len(r.prompt_ids)
-            if n_tok >= self.prefill_tokens or i == len(reqs) - 1:
+            n_tok += len(reqs[i].prompt_ids)
+            if n_tok >= self.prefill_tokens or k == len(uniq) - 1:
                 out.append(self.kernel.prefill(cache, chunk, [reqs[j].prompt_ids for j in chunk], width))
                 chunk, n_tok = [], 0
-        return torch.cat(out)
+        logits = torch.cat(out)
+        if len(uniq) == len(reqs):
+            return logits
+        dst = [i for i in range(len(reqs)) if src[i] != i]
+        cache.copy_rows(torch.tensor(dst, device=self.device), torch.tensor([src[i] for i in dst], device=self.device))
+        slot = {i: k for k, i in enumerate(uniq)}
+        return logits.index_select(0, torch.tensor([slot[j] for j in src], device=logits.device))
 
     def _stop_hit(self, ids: list[int], stops: list[str]) -> str | None:
         window = max(len(s.encode("utf-8")) for s in stops) + STOP_WINDOW_SLACK

@@ -78,6 +78,15 @@ class KVCache:
         self.v = [torch.zeros(rows * kvh, width, hd, dtype=dtype, device=device) for _ in range(n_layers)]
         self.bias = torch.zeros(rows, 1, 1, width, dtype=dtype, device=device)
 
+    def copy_rows(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Row dst[i] becomes a copy of row src[i] (keys, values and mask bias)."""
+        kvh = self.kvh
+        for k, v in zip(self.k, self.v):
+            kr, vr = k.view(self.rows, kvh, *k.shape[1:]), v.view(self.rows, kvh, *v.shape[1:])
+            kr[dst] = kr[src]
+            vr[dst] = vr[src]
+        self.bias[dst] = self.bias[src]
+
     def keep(self, sel: torch.Tensor) -> None:
         """Drop the rows not in `sel` (a copy of the live rows, done rarely: see the engine)."""
         kvh = self.kvh

@@ -7,6 +7,12 @@ position, token, temperature); several responses may be read from one packed seq
 and log_softmax run only on the N gathered hidden states (architectures in `_PLAIN_HEAD_TYPES`; others,
 or `full_logits=True`, take the full-logits reference path), so their cost scales with the response
 tokens. Gradients flow; wrap old / reference log-probs in `torch.no_grad()`.
+
+`prefix_logprobs` is the same readout over sequences that share prefixes: right-padded trunks run once
+with the model's KV cache, then each branch (the tokens after its trunk) runs against its trunk's cached
+keys and values (a 2D mask hides the trunk's padding; position ids continue from the trunk's real
+length), so a branch token computes what it computes in the full sequence. Needs a cache (no gradient
+checkpointing) and full attention in every layer (`prefix_supported`).
 """
 
 from __future__ import annotations
@@ -57,14 +63,80 @@ def token_logprobs(model: Any, ids: torch.Tensor, seq_idx: torch.Tensor, pos_idx
     else:
         logits = model(input_ids=ids, use_cache=False, position_ids=position_ids,
                        attention_mask=attention_mask).logits[seq_idx, pos_idx]
+    return _read(logits, targets, temps, with_entropy, entropy_grad)
+
+
+def _read(logits: torch.Tensor, targets: torch.Tensor, temps: torch.Tensor, with_entropy: bool,
+          entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of `targets` under log_softmax(logits / temps), and the entropy when asked."""
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    logp_all = torch.log_softmax(logits / temps.to(logits.dtype)[:, None], dim=-1)
+    if not bool((temps == 1).all()):
+        logits = logits / temps.to(logits.dtype)[:, None]
+    logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(1, targets[:, None]).squeeze(1)
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
+
+
+def prefix_supported(model: Any) -> str | None:
+    """None when `prefix_logprobs` can run `model`, else the reason (a sliding-window layer, gradient
+    checkpointing, which turns the KV cache off)."""
+    if getattr(model, "is_gradient_checkpointing", False):
+        return "gradient checkpointing turns the KV cache off"
+    cfg = getattr(model, "config", None)
+    types = getattr(cfg, "layer_types", None)
+    if types is not None:
+        if any(t != "full_attention" for t in types):
+            return f"layers of type {sorted(set(types) - {'full_attention'})} (only full attention shares a prefix)"
+    elif getattr(cfg, "sliding_window", None) is not None:
+        return "a sliding attention window (only full attention shares a prefix)"
+    return None
+
+
+def prefix_logprobs(model: Any, trunk_ids: torch.Tensor, trunk_lens: torch.Tensor,
+                    chunks: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], read: torch.Tensor,
+                    targets: torch.Tensor, temps: torch.Tensor, *, with_entropy: bool = False,
+                    entropy_grad: bool = True,
+                    full_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (N,) of `targets` over trunks and the branches that continue them (module docstring).
+
+    `trunk_ids` (P, Tt) right-padded, `trunk_lens` (P,) real lengths. Each chunk is one forward of
+    branches: ids (B, Tb) right-padded, their real lengths (B,) and the trunk each continues (B,). The
+    logits read for target n are those of row `read[n]` of the state table [trunk positions, P x Tt
+    row-major; then each chunk's positions, B x Tb row-major, in chunk order]. Returns as `token_logprobs`.
+    """
+    from transformers import DynamicCache  # the model's own cache class: keys/values after RoPE and norms
+
+    split = None if full_logits else _split_head(model)
+    net = model if split is None else split[0]
+
+    def states(out):
+        return out.logits if split is None else out.last_hidden_state
+
+    dev = trunk_ids.device
+    out = net(input_ids=trunk_ids, use_cache=True)
+    cache = out.past_key_values
+    if cache is None or not getattr(cache, "layers", None):
+        raise ValueError("prefix packing needs the model's KV cache (use_cache); gradient checkpointing turns it "
+                         "off: use algo.pack=tree")
+    kv = [(layer.keys, layer.values) for layer in cache.layers]
+    width = trunk_ids.shape[1]
+    trunk_mask = (torch.arange(width, device=dev)[None] < trunk_lens[:, None]).long()
+    table = [states(out).flatten(0, 1)]
+    for ids, lens, trunks in chunks:
+        tb = ids.shape[1]
+        past = DynamicCache(ddp_cache_data=[(k.index_select(0, trunks), v.index_select(0, trunks)) for k, v in kv])
+        mask = torch.cat([trunk_mask.index_select(0, trunks),
+                          (torch.arange(tb, device=dev)[None] < lens[:, None]).long()], dim=1)
+        pos = trunk_lens.index_select(0, trunks)[:, None] + torch.arange(tb, device=dev)[None]
+        table.append(states(net(input_ids=ids, past_key_values=past, attention_mask=mask, position_ids=pos,
+                                use_cache=True)).flatten(0, 1))
+    picked = torch.cat(table)[read]
+    logits = picked if split is None else split[1](picked)
+    return _read(logits, targets, temps, with_entropy, entropy_grad)
 
 
 def response_logprobs(model: Any, prompts: list[list[int]], responses: list[list[int]],

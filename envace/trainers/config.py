@@ -44,9 +44,10 @@ class AlgoConfig(BaseConfig):
                                                  "TRL num_iterations; paper: 1).")
     ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch: the batch is shuffled and split "
                                                        "into this many mini-batches (paper: 1).")
-    pack: Literal["tree", "chain", "off"] = Field(
-        "tree", description="Share prompt prefixes in the update (same loss, fewer tokens): a task's rows as one "
-                            "prefix tree, a trajectory's extending calls as one sequence, or off.")
+    pack: Literal["prefix", "tree", "chain", "off"] = Field(
+        "prefix", description="Share prompt prefixes in the update (same loss, fewer tokens): a task's common "
+                              "prefix run once with the KV cache and its trajectories continuing it, a task's rows "
+                              "as one prefix tree, a trajectory's extending calls as one sequence, or off.")
     echo_coef: float = Field(0.0, ge=0, description="Echo arm (rollout.mode=env only): weight of the cross-entropy "
                                                     "on each executed call's real answer as a Rehearse target under "
                                                     "the Rehearse prompt rehearse mode would build, token-mean over "

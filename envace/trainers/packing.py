@@ -13,6 +13,12 @@ prefix can share its computation:
   computes what it computes in its own row's sequence. Masked attention costs ~N^2 for N tree tokens, so
   a task whose tree is large (long multi-turn env trajectories) keeps its chains when those are cheaper
   (`TREE_PAIR_COST`).
+- "prefix": a task's chains (per role) share their longest common prefix, the trunk: it runs once with
+  the KV cache, and each chain's remainder (its branch) runs against the cached trunk, batched with other
+  branches of similar length (`branch_chunks`: padding plus a per-pass cost, `BRANCH_PASS_COST`). No N^2
+  mask, so it suits long multi-turn trajectories whose tree is too large; it shares only the common
+  prefix, where the tree shares every common turn. Needs full attention and the KV cache
+  (`envace.engines.logprobs.prefix_supported`; otherwise the update falls back to "tree").
 - "off": one sequence per row.
 Every row keeps a `Segment`: the positions whose logits predict its response tokens. The loss is
 unchanged (the tests check all three against a per-row loop).
@@ -24,13 +30,14 @@ micro-batch are one role's, and each role's gradient can be read from the micro-
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from enum import Enum
 
 import torch
 
 from envace.engines.base import logprob_temperature
-from envace.engines.logprobs import token_logprobs
+from envace.engines.logprobs import prefix_logprobs, token_logprobs
 from envace.trainers.train_rows import TrainRow
 from envace.types import Role
 
@@ -39,11 +46,17 @@ from envace.types import Role
 # forward + backward). A task's tree is used only where N + TREE_PAIR_COST * N^2 < its chains' tokens.
 TREE_PAIR_COST = 1 / 900
 
+# Cost of one more forward pass over branches, in padded tokens (kernel launches and per-layer overhead of
+# a small batch; measured on the tiny model on one CPU core: a pass of one 8-token branch costs about as
+# much as 40 more tokens in a larger pass). `branch_chunks` trades it against padding.
+BRANCH_PASS_COST = 32
+
 
 class PackMode(str, Enum):
     OFF = "off"
     CHAIN = "chain"
     TREE = "tree"
+    PREFIX = "prefix"
 
 
 @dataclass
@@ -63,10 +76,18 @@ class Pack:
     segments: list[Segment] = field(default_factory=list)
     positions: list[int] | None = None  # position ids (tree: depth); None = 0..n-1
     ends: list[int] | None = None       # tree: end (exclusive) of each token's subtree; None = causal
+    # prefix: `ids` is the trunk and each branch continues it; a segment's read positions index the virtual
+    # layout [trunk; branch 0; branch 1; ...]. None for the other modes.
+    branches: list[list[int]] | None = None
 
     @property
     def loss_tokens(self) -> int:
         return sum(s.length for s in self.segments)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens run for this pack (trunk and branches for a prefix pack)."""
+        return len(self.ids) + sum(len(b) for b in self.branches or ())
 
 
 def _is_prefix(short: list[int], long: list[int]) -> bool:
@@ -150,6 +171,42 @@ def _tree(rows: list[TrainRow], idx: list[int]) -> Pack:
     return pack
 
 
+def _common_prefix(seqs: list[list[int]]) -> int:
+    n = min(len(s) for s in seqs)
+    first = seqs[0]
+    for s in seqs[1:]:
+        i = 0
+        while i < n and s[i] == first[i]:
+            i += 1
+        n = i
+    return n
+
+
+def _star(chains: list[Pack]) -> Pack:
+    """One prefix pack of `chains` (whose ids share at least their first token): the common prefix as the
+    trunk, each chain's remainder as a branch. A chain's last token is left out of its branch: its logits
+    predict nothing, and no later token of that chain attends to it."""
+    n = _common_prefix([c.ids for c in chains])
+    pack = Pack(ids=chains[0].ids[:n], role=chains[0].role, branches=[])
+    for c in chains:
+        branch = c.ids[n:len(c.ids) - 1]
+        start = n + sum(len(b) for b in pack.branches)
+        if branch:
+            pack.branches.append(branch)
+        for seg in c.segments:
+            read = [t if t < n else start + t - n for t in seg.read]
+            pack.segments.append(Segment(row=seg.row, read=read))
+    return pack
+
+
+def _stars(rows: list[TrainRow], idx: list[int]) -> list[Pack]:
+    """The chains of rows `idx` (one role and task), as one prefix pack per first token."""
+    by_first: dict[int, list[Pack]] = {}
+    for c in _chains(rows, idx, merge=True):
+        by_first.setdefault(c.ids[0], []).append(c)
+    return [_star(cs) for cs in by_first.values()]
+
+
 def pack_rows(rows: list[TrainRow], mode: PackMode | str = PackMode.CHAIN) -> list[Pack]:
     """Packs of `rows` (see the module docstring). Rows without response tokens are left out (no loss)."""
     mode = PackMode(mode)
@@ -158,12 +215,16 @@ def pack_rows(rows: list[TrainRow], mode: PackMode | str = PackMode.CHAIN) -> li
         if row.response_ids:
             _check(i, row)
             idx.append(i)
-    if mode is not PackMode.TREE:
+    if mode in (PackMode.OFF, PackMode.CHAIN):
         return _chains(rows, idx, merge=mode is PackMode.CHAIN)
     groups: dict[tuple[Role, int], list[int]] = {}
     for i in idx:
         groups.setdefault((rows[i].role, rows[i].prompt_index), []).append(i)
     out: list[Pack] = []
+    if mode is PackMode.PREFIX:
+        for g in groups.values():
+            out.extend(_stars(rows, g))
+        return out
     for g in groups.values():
         tree, chains = _tree(rows, g), _chains(rows, g, merge=True)
         n = len(tree.ids)
@@ -175,19 +236,57 @@ def pack_rows(rows: list[TrainRow], mode: PackMode | str = PackMode.CHAIN) -> li
 def micro_batches(packs: list[Pack], size: int, max_tokens: int | None = None) -> list[list[Pack]]:
     """Packs grouped by role, sorted by length (longest first) and cut into chunks of at most `size`
     sequences and, when `max_tokens` is set, at most `max_tokens` padded tokens (sequences x longest;
-    a single longer sequence still gets its own chunk)."""
+    a single longer sequence still gets its own chunk). Prefix packs count their trunk and branch tokens
+    (`Pack.tokens`) and one sequence each."""
     out: list[list[Pack]] = []
     for role in sorted({p.role for p in packs}, key=lambda r: r.value):
         cur: list[Pack] = []
-        for p in sorted((p for p in packs if p.role == role), key=lambda p: -len(p.ids)):
-            # longest first: the chunk's padded width is its first sequence's length
-            if cur and (len(cur) >= size or (max_tokens is not None and (len(cur) + 1) * len(cur[0].ids) > max_tokens)):
+        held = 0
+        for p in sorted((p for p in packs if p.role == role), key=lambda p: -p.tokens):
+            # longest first: a plain chunk's padded width is its first sequence's length
+            grown = held + p.tokens if p.branches is not None else (len(cur) + 1) * (len(cur[0].ids) if cur else 0)
+            if cur and (len(cur) >= size or (max_tokens is not None and grown > max_tokens)):
                 out.append(cur)
-                cur = []
+                cur, held = [], 0
             cur.append(p)
+            held += p.tokens
         if cur:
             out.append(cur)
     return out
+
+
+def branch_chunks(lengths: list[int], pass_cost: float | None = None, max_tokens: int | None = None) -> list[list[int]]:
+    """Branches (by index into `lengths`) cut into forward passes: sorted longest first, cut into runs that
+    minimise padded tokens (run size x its longest) + `pass_cost` per run (default `BRANCH_PASS_COST`);
+    a run holds at most `max_tokens` padded tokens unless one branch alone is longer."""
+    cost = BRANCH_PASS_COST if pass_cost is None else pass_cost
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: the first j branches (in order) cut into runs
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j - 1, -1, -1):  # run order[i:j], its longest is order[i]
+            width = lengths[order[i]]
+            if max_tokens is not None and j - i > 1 and (j - i) * width > max_tokens:
+                break
+            c = best[i] + (j - i) * width + cost
+            if c < best[j]:
+                best[j], cut[j] = c, i
+    runs: list[list[int]] = []
+    j = n
+    while j > 0:
+        runs.append(order[cut[j]:j])
+        j = cut[j]
+    return runs[::-1]
+
+
+def padded_tokens(packs: list[Pack], max_tokens: int | None = None) -> int:
+    """Tokens one micro-batch's forward passes run, padding included."""
+    if not any(p.branches is not None for p in packs):
+        return len(packs) * max(len(p.ids) for p in packs)
+    lengths = [len(b) for p in packs for b in p.branches or ()]
+    return (len(packs) * max(len(p.ids) for p in packs)
+            + sum(len(run) * lengths[run[0]] for run in branch_chunks(lengths, max_tokens=max_tokens)))
 
 
 def tree_mask_kind(model) -> str | None:
@@ -229,41 +328,9 @@ class PackedLogprobs:
     entropy: torch.Tensor | None  # (R, L) or None
 
 
-def packed_logprobs(model, packs: list[Pack], rows: list[TrainRow], pad_id: int, *, with_entropy: bool = False,
-                    entropy_grad: bool = True, full_logits: bool = False) -> PackedLogprobs:
-    """One forward over `packs` (right-padded), every segment's response log-probs at its row's temperature."""
-    device = next(model.parameters()).device
-    total = max(len(p.ids) for p in packs)
-    ids = torch.full((len(packs), total), int(pad_id), dtype=torch.long)
-    order: list[int] = []
-    seq_idx: list[int] = []
-    pos_idx: list[int] = []
-    targets: list[int] = []
-    temps: list[float] = []
-    slot: list[int] = []
-    cols: list[int] = []
-    for p_i, pack in enumerate(packs):
-        ids[p_i, :len(pack.ids)] = torch.tensor(pack.ids, dtype=torch.long)
-        for seg in pack.segments:
-            r = len(order)
-            order.append(seg.row)
-            n = seg.length
-            seq_idx += [p_i] * n
-            pos_idx += seg.read
-            targets += rows[seg.row].response_ids
-            temps += [logprob_temperature(rows[seg.row].temperature)] * n
-            slot += [r] * n
-            cols += range(n)
-    extra = {}
-    if any(p.ends is not None for p in packs):
-        dtype = next(model.parameters()).dtype
-        pos, mask4 = _tree_inputs(packs, total, dtype, tree_mask_kind(model))
-        extra = {"position_ids": pos.to(device), "attention_mask": mask4.to(device)}
-    resp_len = max(s.length for p in packs for s in p.segments)
-    lp, ent = token_logprobs(model, ids.to(device), torch.tensor(seq_idx, device=device),
-                             torch.tensor(pos_idx, device=device), torch.tensor(targets, device=device),
-                             torch.tensor(temps, device=device), with_entropy=with_entropy,
-                             entropy_grad=entropy_grad, full_logits=full_logits, **extra)
+def _scatter_rows(order: list[int], slot: list[int], cols: list[int], lp: torch.Tensor, ent: torch.Tensor | None,
+                  resp_len: int) -> PackedLogprobs:
+    device = lp.device
     where = (torch.tensor(slot, device=device), torch.tensor(cols, device=device))
     shape = (len(order), resp_len)
     mask = torch.zeros(shape, dtype=torch.float32, device=device)
@@ -271,3 +338,101 @@ def packed_logprobs(model, packs: list[Pack], rows: list[TrainRow], pad_id: int,
     logprobs = torch.zeros(shape, dtype=lp.dtype, device=device).index_put(where, lp)
     entropy = None if ent is None else torch.zeros(shape, dtype=ent.dtype, device=device).index_put(where, ent)
     return PackedLogprobs(rows=order, logprobs=logprobs, mask=mask, entropy=entropy)
+
+
+def _targets(packs: list[Pack], rows: list[TrainRow]):
+    """Per read token: (segment slot, column, target id, temperature); and the segments' row order."""
+    order: list[int] = []
+    slot: list[int] = []
+    cols: list[int] = []
+    targets: list[int] = []
+    temps: list[float] = []
+    for pack in packs:
+        for seg in pack.segments:
+            r = len(order)
+            order.append(seg.row)
+            n = seg.length
+            targets += rows[seg.row].response_ids
+            temps += [logprob_temperature(rows[seg.row].temperature)] * n
+            slot += [r] * n
+            cols += range(n)
+    return order, slot, cols, targets, temps
+
+
+def _prefix_logprobs(model, packs: list[Pack], rows: list[TrainRow], pad_id: int, max_tokens: int | None,
+                     **kw) -> PackedLogprobs:
+    """`packed_logprobs` for prefix packs: the trunks in one pass, the branches in `branch_chunks` passes."""
+    device = next(model.parameters()).device
+    width = max(len(p.ids) for p in packs)
+    trunk_ids = torch.full((len(packs), width), int(pad_id), dtype=torch.long)
+    for i, p in enumerate(packs):
+        trunk_ids[i, :len(p.ids)] = torch.tensor(p.ids, dtype=torch.long)
+    branches = [(i, b) for i, p in enumerate(packs) for b in p.branches or ()]
+    # state-table row of each branch's first token: trunks first (P x width), then each run (B x its width)
+    first_row = [0] * len(branches)
+    chunks = []
+    base = len(packs) * width
+    for run in branch_chunks([len(b) for _, b in branches], max_tokens=max_tokens):
+        tb = len(branches[run[0]][1])
+        ids = torch.full((len(run), tb), int(pad_id), dtype=torch.long)
+        for r, k in enumerate(run):
+            b = branches[k][1]
+            ids[r, :len(b)] = torch.tensor(b, dtype=torch.long)
+            first_row[k] = base + r * tb
+        chunks.append((ids.to(device), torch.tensor([len(branches[k][1]) for k in run], device=device),
+                       torch.tensor([branches[k][0] for k in run], device=device)))
+        base += len(run) * tb
+    read: list[int] = []
+    k0 = 0  # index of the pack's first branch in `branches`
+    for i, pack in enumerate(packs):
+        n = len(pack.ids)
+        starts = [n]
+        for b in pack.branches or ():
+            starts.append(starts[-1] + len(b))
+        for seg in pack.segments:
+            for t in seg.read:
+                if t < n:
+                    read.append(i * width + t)
+                    continue
+                k = bisect.bisect_right(starts, t) - 1  # the branch holding virtual position t
+                assert k < len(starts) - 1, "a read past the last branch (a chain's last token is never read)"
+                read.append(first_row[k0 + k] + t - starts[k])
+        k0 += len(pack.branches or ())
+    order, slot, cols, targets, temps = _targets(packs, rows)
+    lp, ent = prefix_logprobs(model, trunk_ids.to(device), torch.tensor([len(p.ids) for p in packs], device=device),
+                              chunks, torch.tensor(read, device=device), torch.tensor(targets, device=device),
+                              torch.tensor(temps, device=device), **kw)
+    return _scatter_rows(order, slot, cols, lp, ent, max(s.length for p in packs for s in p.segments))
+
+
+def packed_logprobs(model, packs: list[Pack], rows: list[TrainRow], pad_id: int, *, with_entropy: bool = False,
+                    entropy_grad: bool = True, full_logits: bool = False,
+                    max_tokens: int | None = None) -> PackedLogprobs:
+    """One forward over `packs` (right-padded), every segment's response log-probs at its row's temperature.
+    Prefix packs (all or none of a micro-batch) run their trunks and then their branches in passes of at
+    most `max_tokens` padded tokens."""
+    kw = dict(with_entropy=with_entropy, entropy_grad=entropy_grad, full_logits=full_logits)
+    if any(p.branches is not None for p in packs):
+        if not all(p.branches is not None for p in packs):
+            raise ValueError("a micro-batch mixes prefix packs with other packs; pack its rows in one mode")
+        return _prefix_logprobs(model, packs, rows, pad_id, max_tokens, **kw)
+    device = next(model.parameters()).device
+    total = max(len(p.ids) for p in packs)
+    ids = torch.full((len(packs), total), int(pad_id), dtype=torch.long)
+    seq_idx: list[int] = []
+    pos_idx: list[int] = []
+    for p_i, pack in enumerate(packs):
+        ids[p_i, :len(pack.ids)] = torch.tensor(pack.ids, dtype=torch.long)
+        for seg in pack.segments:
+            seq_idx += [p_i] * seg.length
+            pos_idx += seg.read
+    order, slot, cols, targets, temps = _targets(packs, rows)
+    extra = {}
+    if any(p.ends is not None for p in packs):
+        dtype = next(model.parameters()).dtype
+        pos, mask4 = _tree_inputs(packs, total, dtype, tree_mask_kind(model))
+        extra = {"position_ids": pos.to(device), "attention_mask": mask4.to(device)}
+    lp, ent = token_logprobs(model, ids.to(device), torch.tensor(seq_idx, device=device),
+                             torch.tensor(pos_idx, device=device), torch.tensor(targets, device=device),
+                             torch.tensor(temps, device=device), **kw, **extra)
+    return _scatter_rows(order, slot, cols, lp, ent, max(s.length for p in packs for s in p.segments))

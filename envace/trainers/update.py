@@ -1,8 +1,9 @@
 """The policy update of one rollout batch: PPO epochs x mini-batches, each an optimizer step over
 gradient-accumulated micro-batches of packed sequences.
 
-Rows are packed (`envace.trainers.packing`, `algo.pack`: the rows of a task's K trajectories share one
-prefix tree, or a trajectory's calls whose prompts extend each other share one sequence), packs are
+Rows are packed (`envace.trainers.packing`, `algo.pack`: the rows of a task's K trajectories share their
+common prefix through the KV cache or one prefix tree, or a trajectory's calls whose prompts extend each
+other share one sequence), packs are
 sorted by length into token-capped micro-batches of one role, and only response positions go through
 the output layer. Per epoch (`algo.ppo_epochs`) the packs are shuffled (seeded) and split into
 `algo.ppo_mini_batches` mini-batches of about equal loss tokens; each mini-batch is one optimizer step. With
@@ -39,9 +40,18 @@ from dataclasses import dataclass, field
 import torch
 
 from envace.algos import POLICY_LOSSES, aggregate, kl_penalty
+from envace.engines.logprobs import prefix_supported
 from envace.trainers.config import AlgoConfig
 from envace.trainers.noise_scale import NoiseAccumulator, split_half
-from envace.trainers.packing import Pack, PackMode, micro_batches, pack_rows, packed_logprobs, tree_mask_kind
+from envace.trainers.packing import (
+    Pack,
+    PackMode,
+    micro_batches,
+    pack_rows,
+    packed_logprobs,
+    padded_tokens,
+    tree_mask_kind,
+)
 from envace.trainers.train_rows import TrainRow
 from envace.types import Role
 
@@ -151,8 +161,8 @@ class _Updater:
         step_sums: dict[str, float] = defaultdict(float)
         for half, mb in mbs:
             if epoch == 0:
-                self.forward_tokens += len(mb) * max(len(p.ids) for p in mb)
-            out = packed_logprobs(self.model, mb, self.rows, self.pad_id, with_entropy=True,
+                self.forward_tokens += padded_tokens(mb, self.max_tokens)
+            out = packed_logprobs(self.model, mb, self.rows, self.pad_id, with_entropy=True, max_tokens=self.max_tokens,
                                   entropy_grad=algo.entropy_coef > 0, full_logits=self.full_logits)
             logp, mask, ent = out.logprobs, out.mask.to(out.logprobs.dtype), out.entropy
             rows = [self.rows[r] for r in out.rows]
@@ -225,7 +235,8 @@ class _Updater:
         """Backward of echo_coef x token-mean NLL over `packs` (accumulated into the step's gradient); the NLL."""
         nll = 0.0
         for mb in micro_batches(packs, self.micro_batch, self.max_tokens):
-            out = packed_logprobs(self.model, mb, self.echo_rows, self.pad_id, full_logits=self.full_logits)
+            out = packed_logprobs(self.model, mb, self.echo_rows, self.pad_id, full_logits=self.full_logits,
+                                  max_tokens=self.max_tokens)
             part = -(out.logprobs * out.mask.to(out.logprobs.dtype)).sum() / n_tok
             (self.echo_coef * part).backward()
             nll += float(part.item())
@@ -268,7 +279,7 @@ def _reference_logprobs(ref_model, packs: list[Pack], rows: list[TrainRow], pad_
     ref: dict[int, torch.Tensor] = {}
     with torch.no_grad():
         for mb in micro_batches(packs, micro_batch, max_tokens):
-            out = packed_logprobs(ref_model, mb, rows, pad_id, full_logits=full_logits)
+            out = packed_logprobs(ref_model, mb, rows, pad_id, full_logits=full_logits, max_tokens=max_tokens)
             for i, r in enumerate(out.rows):
                 ref[r] = out.logprobs[i, : len(rows[r].response_ids)]
     return ref
@@ -287,6 +298,9 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
     model.train()
     rows = [r for r in rows if not math.isnan(r.reward)]  # unscored: out of every denominator
     mode = PackMode(algo.pack)
+    if mode is PackMode.PREFIX and (prefix_supported(model) is not None
+                                    or (ref_model is not None and prefix_supported(ref_model) is not None)):
+        mode = PackMode.TREE  # no KV cache, or a sliding-window layer
     if mode is PackMode.TREE and tree_mask_kind(model) is None:
         mode = PackMode.CHAIN  # the attention implementation takes no explicit mask
     packs = pack_rows(rows, mode)

@@ -155,6 +155,26 @@ def test_same_seed_same_tokens_alone_or_in_any_batch(varied, prompts):
         != alone.token_ids
 
 
+def test_repeated_prompts_are_prefilled_once_with_the_same_results(varied, prompts, monkeypatch):
+    fast, _ = varied
+    # a task's K samples share their prompt; two tasks interleaved, one greedy copy among them
+    reqs = [GenRequest(prompts[i], temperature=t, max_new_tokens=10, seed=s)
+            for i, t, s in [(1, 1.0, 1), (3, 1.0, 2), (1, 1.0, 3), (1, 0.0, 0), (3, 0.8, 4), (4, 1.0, 5)]]
+    alone = [fast.generate([r])[0] for r in reqs]
+    prefilled: list[list[int]] = []
+    real = fast.kernel.prefill
+
+    def spy(cache, rows, chunk, width):
+        prefilled.extend(chunk)
+        return real(cache, rows, chunk, width)
+
+    monkeypatch.setattr(fast.kernel, "prefill", spy)
+    batch = fast.generate(reqs)
+    assert sorted(map(tuple, prefilled)) == sorted({tuple(prompts[i]) for i in (1, 3, 4)})
+    same_results(batch, alone)
+    assert batch[0].token_ids != batch[2].token_ids  # copies of one prompt still sample their own tokens
+
+
 def test_stop_strings_max_new_tokens_and_eos_behave_as_hf(varied, prompts):
     fast, hf = varied
     tok = fast.tokenizer

@@ -1,5 +1,6 @@
-"""The packed update against a slow per-row loop: prefix-tree packing of a task's rows, chain packing of a
-trajectory's calls into one sequence, sorted micro-batches and the response-only output layer change
+"""The packed update against a slow per-row loop: a task's common prefix shared through the KV cache,
+prefix-tree packing of a task's rows, chain packing of a trajectory's calls into one sequence, sorted
+micro-batches and the response-only output layer change
 neither the loss nor the gradients (float64,
 seeded rows with chains of prompts that extend each other, two roles at their own temperatures, KL to a
 perturbed reference and an entropy bonus)."""
@@ -13,9 +14,10 @@ import torch
 
 from envace.engines.base import logprob_temperature
 from envace.models.loading import load_policy
+from envace.trainers import packing as packing_mod
 from envace.trainers import update as update_mod
 from envace.trainers.config import AlgoConfig
-from envace.trainers.packing import micro_batches, pack_rows, packed_logprobs, tree_mask_kind
+from envace.trainers.packing import branch_chunks, micro_batches, pack_rows, packed_logprobs, tree_mask_kind
 from envace.trainers.train_rows import TrainRow
 from envace.trainers.update import policy_update
 from envace.types import Role
@@ -127,7 +129,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_packed_unpacked_and_slow_loop_agree(model64, case):
+def test_packed_unpacked_and_slow_loop_agree(model64, case, monkeypatch):
     algo = AlgoConfig(**CASES[case], grad_noise_scale=False)
     rows = with_old_logprobs(model64, chained_rows(model64.config.vocab_size, seed=1), seed=2)
     ref = None
@@ -141,7 +143,12 @@ def test_packed_unpacked_and_slow_loop_agree(model64, case):
     # packing really happened: fewer sequences (chain), fewer tokens (tree)
     assert len(pack_rows(rows, "chain")) < len(pack_rows(rows, "off"))
     assert sum(len(p.ids) for p in pack_rows(rows, "tree")) < sum(len(p.ids) for p in pack_rows(rows, "chain"))
-    for pack, mb in (("tree", 1), ("tree", 100), ("chain", 2), ("chain", 100), ("off", 3), ("off", 1)):
+    assert sum(p.tokens for p in pack_rows(rows, "prefix")) < sum(len(p.ids) for p in pack_rows(rows, "chain"))
+    runs = [("prefix", 1, None), ("prefix", 100, None), ("prefix", 100, 0), ("tree", 1, None), ("tree", 100, None),
+            ("chain", 2, None), ("chain", 100, None), ("off", 3, None), ("off", 1, None)]
+    for pack, mb, pass_cost in runs:
+        # pass cost 0: every branch length its own forward pass (several passes against one trunk cache)
+        monkeypatch.setattr(packing_mod, "BRANCH_PASS_COST", 32 if pass_cost is None else pass_cost)
         res, got = _grads_by_sgd(model64, rows, algo.model_copy(update={"pack": pack}), mb, ref=ref)
         assert res.loss == pytest.approx(want_loss, abs=1e-9), (pack, mb)
         # 1e-7, not float64's 1e-15: Qwen3's RMSNorm computes in float32 even in a float64 model, so
@@ -196,7 +203,7 @@ def test_sorted_micro_batches_equal_unsorted(model64, monkeypatch):
         torch.testing.assert_close(g, w, atol=1e-7, rtol=0)
 
 
-@pytest.mark.parametrize("mode", ["chain", "tree"])
+@pytest.mark.parametrize("mode", ["chain", "tree", "prefix"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_response_only_head_equals_full_logits(tiny_model_dir, dtype, mode):
     model = load_policy(tiny_model_dir)[0].to(dtype)
@@ -284,3 +291,42 @@ def test_tree_with_eager_attention_uses_an_additive_mask(model64):
     by_row = {r: c.logprobs[i] for i, r in enumerate(c.rows)}
     for i, r in enumerate(a.rows):
         torch.testing.assert_close(a.logprobs[i], by_row[r], atol=1e-7, rtol=0)
+
+
+def test_prefix_pack_layout_by_hand():
+    def row(prompt, resp, key):
+        return TrainRow.standalone(role=Role.ACT, prompt_ids=prompt, response_ids=resp,
+                                   old_logprobs=[0.0] * len(resp), temperature=1.0, prompt_index=0,
+                                   trajectory_key=key, reward=0.0)
+
+    # trajectory 0: [1 2 3 | 4 5] then [1 2 3 4 5 6 | 7 8]: one chain 1 2 3 4 5 6 7 8
+    # trajectory 1: [1 2 3 | 9];  trajectory 2: [1 2 | 10 11]
+    rows = [row([1, 2, 3], [4, 5], 0), row([1, 2, 3, 4, 5, 6], [7, 8], 0), row([1, 2, 3], [9], 1),
+            row([1, 2], [10, 11], 2)]
+    (pack,) = pack_rows(rows, "prefix")
+    # trunk = the common prefix [1 2]; branches drop each chain's last token (8, 9, 11): no logits read there
+    assert pack.ids == [1, 2]
+    assert pack.branches == [[3, 4, 5, 6, 7], [3], [10]]
+    assert pack.tokens == 2 + 5 + 1 + 1
+    # virtual layout: trunk 0-1 | branch 0: 2-6 | branch 1: 7 | branch 2: 8
+    # row 0 reads chain positions 2, 3 (in the trunk's coordinates: branch 0's first two tokens)
+    assert [s.read for s in pack.segments] == [[2, 3], [5, 6], [7], [1, 8]]
+    # a different first token starts another pack; another role, another pack
+    other = row([5, 2], [3], 3)
+    rehearse = TrainRow.standalone(role=Role.REHEARSE, prompt_ids=[1, 2], response_ids=[3], old_logprobs=[0.0],
+                                   temperature=1.0, prompt_index=0, trajectory_key=0, reward=0.0)
+    packs = pack_rows(rows + [other, rehearse], "prefix")
+    assert sorted((p.role.value, p.ids[0], len(p.segments)) for p in packs) == [
+        ("act", 1, 4), ("act", 5, 1), ("rehearse", 1, 1)]
+
+
+def test_branch_chunks_minimise_padding_plus_pass_cost_by_hand():
+    lengths = [10, 2, 9, 3]  # longest first: 10 (0), 9 (2), 3 (3), 2 (1)
+    # one pass: 4 x 10 + c; two passes {10, 9} {3, 2}: 2 x 10 + 2 x 3 + 2c; every branch alone: 24 + 4c
+    assert branch_chunks(lengths, pass_cost=100) == [[0, 2, 3, 1]]      # 140 < 226
+    # 36 < 40 (10 | 9 | 3 2) < 44 (each alone) < 45 (one pass)
+    assert branch_chunks(lengths, pass_cost=5) == [[0, 2], [3, 1]]
+    assert branch_chunks(lengths, pass_cost=0) == [[0], [2], [3], [1]]  # 24: no padding at all
+    assert branch_chunks([], pass_cost=5) == []
+    # a token cap: no run over 12 padded tokens unless one branch alone is longer
+    assert branch_chunks([20, 6, 6], pass_cost=100, max_tokens=12) == [[0], [1, 2]]
