@@ -6,7 +6,8 @@ run (`envace.engines.factory.make_engine` chooses): a request gives the same tok
 and in either engine, up to float rounding of the logits. Where it saves time: packed prefill into one
 static cache (a prompt repeated in the batch, as a task's K samples are, prefilled once), sampling
 without a vocabulary sort, finished rows dropped in one copy once a quarter of the batch has finished,
-full decode, so the stop point is HFEngine's).
+and stop strings checked on a tail window of the decode (a hit is confirmed on the full decode, so the
+stop point is HFEngine's).
 """
 
 from __future__ import annotations
