@@ -252,6 +252,10 @@ class SFTConfig(BaseConfig):
                                                     "role at once (each uniformly, with replacement), sort them by "
                                                     "length and cut them into batches, used in random order, so a "
                                                     "batch pads less (1 = every batch drawn on its own).")
+    share_prefix: bool = Field(True, description="Run a batch's common prefix once (KV cache) and its sequences in "
+                                                 "length-sorted passes, the output layer at target positions only "
+                                                 "(the same loss as one padded forward, fewer tokens); false: one "
+                                                 "padded forward with full logits.")
     steps: int | None = Field(None, ge=1, description="Optimizer steps (None: run for time_budget_s).")
     time_budget_s: float = Field(240.0, gt=0, description="Wall-clock budget when steps is None.")
     lr: float = Field(2e-3, gt=0, description="Peak learning rate (cosine decay to 10%).")

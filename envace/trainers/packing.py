@@ -359,9 +359,11 @@ def _targets(packs: list[Pack], rows: list[TrainRow]):
     return order, slot, cols, targets, temps
 
 
-def _prefix_logprobs(model, packs: list[Pack], rows: list[TrainRow], pad_id: int, max_tokens: int | None,
-                     **kw) -> PackedLogprobs:
-    """`packed_logprobs` for prefix packs: the trunks in one pass, the branches in `branch_chunks` passes."""
+def prefix_pass(model, packs: list[Pack], targets: list[int], temps: list[float], pad_id: int,
+                max_tokens: int | None = None, **kw) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (N,) (and entropies) of `targets`, one per read position of the prefix packs' segments in
+    order, at `temps`: the trunks in one pass, the branches in `branch_chunks` passes of at most
+    `max_tokens` padded tokens. `kw` as `envace.engines.logprobs.prefix_logprobs`."""
     device = next(model.parameters()).device
     width = max(len(p.ids) for p in packs)
     trunk_ids = torch.full((len(packs), width), int(pad_id), dtype=torch.long)
@@ -398,11 +400,27 @@ def _prefix_logprobs(model, packs: list[Pack], rows: list[TrainRow], pad_id: int
                 assert k < len(starts) - 1, "a read past the last branch (a chain's last token is never read)"
                 read.append(first_row[k0 + k] + t - starts[k])
         k0 += len(pack.branches or ())
-    order, slot, cols, targets, temps = _targets(packs, rows)
-    lp, ent = prefix_logprobs(model, trunk_ids.to(device), torch.tensor([len(p.ids) for p in packs], device=device),
-                              chunks, torch.tensor(read, device=device), torch.tensor(targets, device=device),
-                              torch.tensor(temps, device=device), **kw)
-    return _scatter_rows(order, slot, cols, lp, ent, max(s.length for p in packs for s in p.segments))
+    if len(read) != len(targets) or len(temps) != len(targets):
+        raise ValueError(f"{len(read)} read positions, {len(targets)} targets and {len(temps)} temperatures; "
+                         f"pass one target and temperature per read position")
+    return prefix_logprobs(model, trunk_ids.to(device), torch.tensor([len(p.ids) for p in packs], device=device),
+                           chunks, torch.tensor(read, device=device), torch.tensor(targets, device=device),
+                           torch.tensor(temps, device=device), **kw)
+
+
+def shared_prefix_packs(seqs: list[list[int]], reads: list[list[int]], role: Role) -> list[Pack]:
+    """Prefix packs of whole sequences (e.g. one supervised batch): sequence i, whose logits are read at
+    positions `reads[i]`, becomes segment `row=i`; sequences that start with the same token share a trunk."""
+    chains = []
+    for i, (seq, rd) in enumerate(zip(seqs, reads)):
+        if not seq or (rd and not 0 <= min(rd) <= max(rd) < len(seq) - 1):
+            raise ValueError(f"sequence {i}: read positions must lie in 0..len-2 of a non-empty sequence "
+                             f"(logits at t predict token t + 1)")
+        chains.append(Pack(ids=list(seq), role=role, segments=[Segment(row=i, read=list(rd))]))
+    by_first: dict[int, list[Pack]] = {}
+    for c in chains:
+        by_first.setdefault(c.ids[0], []).append(c)
+    return [_star(cs) for cs in by_first.values()]
 
 
 def packed_logprobs(model, packs: list[Pack], rows: list[TrainRow], pad_id: int, *, with_entropy: bool = False,
@@ -415,7 +433,9 @@ def packed_logprobs(model, packs: list[Pack], rows: list[TrainRow], pad_id: int,
     if any(p.branches is not None for p in packs):
         if not all(p.branches is not None for p in packs):
             raise ValueError("a micro-batch mixes prefix packs with other packs; pack its rows in one mode")
-        return _prefix_logprobs(model, packs, rows, pad_id, max_tokens, **kw)
+        order, slot, cols, targets, temps = _targets(packs, rows)
+        lp, ent = prefix_pass(model, packs, targets, temps, pad_id, max_tokens, **kw)
+        return _scatter_rows(order, slot, cols, lp, ent, max(s.length for p in packs for s in p.segments))
     device = next(model.parameters()).device
     total = max(len(p.ids) for p in packs)
     ids = torch.full((len(packs), total), int(pad_id), dtype=torch.long)

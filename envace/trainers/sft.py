@@ -13,7 +13,9 @@ left (`error_rehearse_samples`), so the rehearsed world learns to say no where t
 conversations themselves hold no tool errors. Loss only on target tokens (including the end-of-turn
 token, so the model learns to stop). Each batch holds one role (Act with probability act_fraction), so
 short Rehearse sequences are not padded to long Act ones. Cosine learning rate with warm-up; runs for a step count or a
-wall-clock budget.
+wall-clock budget. A batch's common prefix (the system prompt and tools its samples share) runs once and
+its sequences continue it in length-sorted passes, the output layer at target positions only
+(`share_prefix`; the same token-mean loss as one padded full-logits forward).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from envace.models.loading import load_policy, pick_device, save_model
 from envace.roles.act import act_prompt_ids
 from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids, render_execution_result
 from envace.trainers.config import SFTConfig
+from envace.trainers.packing import prefix_pass, shared_prefix_packs
 from envace.types import Message, Role, Task, ToolCall
 
 END = "<|im_end|>"
@@ -240,6 +243,33 @@ class BatchDrawer:
         return queue.pop()
 
 
+def batch_loss(model, batch: list[Sample], pad_id: int, share_prefix: bool) -> tuple[torch.Tensor, list[float]]:
+    """Token-mean cross-entropy over the batch's target tokens, and each sample's own mean (for logging).
+
+    share_prefix: the batch's common prefix runs once and the sequences continue it in length-sorted passes,
+    the output layer only at target positions (`envace.trainers.packing.prefix_pass`); otherwise one padded
+    forward with full logits. Both compute the same loss."""
+    if not share_prefix:
+        ids, att, labels = (t.to(next(model.parameters()).device) for t in collate(batch, pad_id))
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1]
+        tgt = labels[:, 1:]
+        per_tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
+                                                    ignore_index=-100, reduction="none").view(tgt.shape)
+        mask = (tgt != -100).float()
+        with torch.no_grad():
+            row_loss = ((per_tok * mask).sum(1) / mask.sum(1).clamp(min=1)).tolist()
+        return (per_tok * mask).sum() / mask.sum().clamp(min=1), row_loss
+    reads = [[j - 1 for j, t in enumerate(s.is_target) if t] for s in batch]
+    packs = shared_prefix_packs([s.ids for s in batch], reads, batch[0].role)
+    rows = [seg.row for p in packs for seg in p.segments]
+    targets = [batch[seg.row].ids[t + 1] for p in packs for seg in p.segments for t in reads[seg.row]]
+    nll = -prefix_pass(model, packs, targets, [1.0] * len(targets), pad_id)[0]
+    with torch.no_grad():
+        per_row = torch.split(nll.detach(), [len(reads[r]) for r in rows])
+        by_row = {r: float(x.mean()) if x.numel() else 0.0 for r, x in zip(rows, per_row)}
+    return nll.sum() / max(len(targets), 1), [by_row[i] for i in range(len(batch))]
+
+
 def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
@@ -282,23 +312,15 @@ def sft(cfg: SFTConfig) -> dict:
             if step == 20:
                 total = max(cfg.warmup_steps + 1, int(cfg.time_budget_s / (elapsed / 20)))
         batch = draw()
-        ids, att, labels = (t.to(device) for t in collate(batch, tok.pad_token_id))
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, cfg)
-        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1]
-        tgt = labels[:, 1:]
-        per_tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
-                                                    ignore_index=-100, reduction="none").view(tgt.shape)
-        mask = (tgt != -100).float()
-        loss = (per_tok * mask).sum() / mask.sum().clamp(min=1)
+        loss, row_loss = batch_loss(model, batch, tok.pad_token_id, cfg.share_prefix)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        with torch.no_grad():
-            row_loss = (per_tok * mask).sum(1) / mask.sum(1).clamp(min=1)
-            for s, row_l in zip(batch, row_loss.tolist()):
-                losses[s.role.value].append(row_l)
+        for s, row_l in zip(batch, row_loss):
+            losses[s.role.value].append(row_l)
         step += 1
         bar.update(1)
         if step % 25 == 0:

@@ -11,7 +11,17 @@ import torch
 from envace.data.config import DataConfig
 from envace.models.loading import load_policy
 from envace.trainers.config import SFTConfig
-from envace.trainers.sft import BatchDrawer, Sample, act_samples, build_samples, collate, packed_act_sample, sft
+from envace.trainers.packing import shared_prefix_packs
+from envace.trainers.sft import (
+    BatchDrawer,
+    Sample,
+    act_samples,
+    batch_loss,
+    build_samples,
+    collate,
+    packed_act_sample,
+    sft,
+)
 from envace.types import Role
 from envace.worlds.generator import generate_tasks
 
@@ -60,6 +70,38 @@ def test_packed_and_per_message_losses_agree(tasks, tiny_model_dir, tok):
         packed = token_losses(packed_act_sample(task, tok))
         singles = [x for s in act_samples(task, tok) for x in token_losses(s)]
         assert packed == pytest.approx(singles, abs=1e-4)
+
+
+def test_shared_prefix_loss_equals_the_per_sample_loop(tasks, tiny_model_dir, tok):
+    """The batch's common prefix run once, sequences in length-sorted passes, the output layer at targets
+    only: the same token-mean loss, per-sample losses and gradients as one padded full-logits forward and
+    as a loop over unpadded samples (float64)."""
+    model = load_policy(tiny_model_dir)[0].double()
+    acts, rehs = build_samples(tasks, tok, SFTConfig(model="m"))
+    for batch in (acts[:7], rehs[:9]):
+        reads = [[j - 1 for j, t in enumerate(s.is_target) if t] for s in batch]
+        packs = shared_prefix_packs([s.ids for s in batch], reads, batch[0].role)
+        assert sum(p.tokens for p in packs) < len(batch) * max(len(s.ids) for s in batch)  # fewer tokens run
+        # the loop: each sample alone, summed token losses over all targets
+        model.zero_grad()
+        total, n, want_rows = 0.0, 0, []
+        for s in batch:
+            logits = model(input_ids=torch.tensor([s.ids])).logits[0]
+            lp = torch.log_softmax(logits, -1)
+            nll = [-lp[j - 1, s.ids[j]] for j, t in enumerate(s.is_target) if t]
+            total = total + torch.stack(nll).sum()
+            n += len(nll)
+            want_rows.append(float(torch.stack(nll).mean()))
+        (total / n).backward()
+        want = [p.grad.clone() for p in model.parameters()]
+        for share in (True, False):
+            model.zero_grad()
+            loss, rows = batch_loss(model, batch, tok.pad_token_id, share)
+            loss.backward()
+            assert float(loss) == pytest.approx(float(total / n), abs=1e-9), share
+            assert rows == pytest.approx(want_rows, abs=1e-9), share
+            for g, w in zip((p.grad for p in model.parameters()), want):
+                torch.testing.assert_close(g, w, atol=1e-7, rtol=0)
 
 
 def test_build_samples_packs_or_not(tasks, tok):
