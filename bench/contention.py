@@ -92,15 +92,9 @@ class SFTWork:
     def step(self) -> None:
         import torch
 
-        from envace.trainers.sft import collate
+        from envace.trainers.sft import batch_loss
 
-        ids, att, labels = collate(self.draw(), self.tok.pad_token_id)
-        logits = self.model(input_ids=ids, attention_mask=att).logits[:, :-1]
-        tgt = labels[:, 1:]
-        per_tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
-                                                    ignore_index=-100, reduction="none").view(tgt.shape)
-        mask = (tgt != -100).float()
-        loss = (per_tok * mask).sum() / mask.sum().clamp(min=1)
+        loss, _ = batch_loss(self.model, self.draw(), self.tok.pad_token_id, self.cfg.share_prefix)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
