@@ -1,0 +1,82 @@
+"""The SFT step: a batch's common prefix run once (`share_prefix`, the default) vs one padded forward with
+full logits (the baseline), on the demo's SFT work.
+
+    OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/sft_step_bench.py
+    OMP_NUM_THREADS=1 .venv/bin/python bench/sft_step_bench.py --batches 10 --repeats 2   # quick
+
+Work: the demo's tiny model (`build_model`, 600 corpus tasks, seed 0, built in a temp dir), its SFT samples
+(3,000 tool-world tasks: packed Act conversations and Rehearse calls) and its batches (16 sequences of one
+role, `BatchDrawer`, seed 0); each arm runs the same `--batches` batches as forward + backward + AdamW step
+through `envace.trainers.sft.batch_loss`, one torch thread. Arms alternate `--repeats` times; the script
+prints each repeat's seconds per step, the median ratio, the tokens each arm runs per batch, and the largest
+loss difference between the arms on the first batches (float32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tasks", type=int, default=3000)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+
+    from envace.data.config import DataConfig
+    from envace.data.tasks import load_tasks
+    from envace.models.loading import load_policy
+    from envace.models.tiny import TinyModelConfig
+    from envace.pipeline import build_model
+    from envace.trainers.config import SFTConfig
+    from envace.trainers.packing import shared_prefix_packs
+    from envace.trainers.sft import BatchDrawer, batch_loss, build_samples
+
+    tmp = Path(tempfile.mkdtemp(prefix="envace-sft-bench-"))
+    model_dir = build_model(tmp / "model", 600, TinyModelConfig(seed=0))
+    cfg = SFTConfig(model=str(model_dir), data=DataConfig(n_tasks=args.tasks, seed=0))
+    model, tok = load_policy(model_dir, device="cpu")
+    acts, rehs = build_samples(load_tasks(cfg.data), tok, cfg)
+    draw = BatchDrawer(acts, rehs, cfg, random.Random(0))
+    batches = [draw() for _ in range(args.batches)]
+    padded = statistics.mean(len(b) * max(len(s.ids) for s in b) for b in batches)
+    shared = statistics.mean(
+        sum(p.tokens for p in shared_prefix_packs([s.ids for s in b],
+                                                  [[j - 1 for j, t in enumerate(s.is_target) if t] for s in b],
+                                                  b[0].role))
+        for b in batches)
+    with torch.no_grad():
+        diff = max(abs(float(batch_loss(model, b, tok.pad_token_id, True)[0])
+                       - float(batch_loss(model, b, tok.pad_token_id, False)[0])) for b in batches[:5])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    model.train()
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for rep in range(args.repeats):
+        for share in ((False, True) if rep % 2 == 0 else (True, False)):
+            t = time.perf_counter()
+            for b in batches:
+                loss, _ = batch_loss(model, b, tok.pad_token_id, share)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+            times[share].append((time.perf_counter() - t) / len(batches))
+        print(f"repeat {rep}: padded full logits {times[False][-1]:.3f} s/step, "
+              f"shared prefix {times[True][-1]:.3f} s/step")
+    base, new = statistics.median(times[False]), statistics.median(times[True])
+    print(f"tokens per batch: padded {padded:.0f}, shared prefix {shared:.0f} "
+          f"({len(acts)} Act and {len(rehs)} Rehearse samples); largest loss difference {diff:.1e}")
+    print(f"median s/step: padded full logits {base:.3f}, shared prefix {new:.3f}; speed-up {base / new:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
