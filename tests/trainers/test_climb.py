@@ -11,7 +11,7 @@ episode and 28 new tokens (a whole call: a valid one is answered by Rehearse, or
 before the second Act turn). Run with `-s` to see the curves. One 16-step curve of 32 trajectories a step
 is noisy, and at this learning rate a rehearse run can climb and fall back (seen: 0.09 -> 0.38 at step 7
 -> 0.05), so one run's last steps do not decide. Measured (idle 2 cores, ~1 min for both modes), start ->
-best window: rehearse 0.09 -> 0.24, env 0.09 -> 0.37; flipped, first vs last 3 steps: rehearse 0.28 ->
+best window: rehearse 0.09 -> 0.24, env 0.07 -> 0.34; flipped, first vs last 3 steps: rehearse 0.28 ->
 0.02, env 0.41 -> 0.08."""
 
 from __future__ import annotations
