@@ -46,10 +46,11 @@ from envace.types import Role
 # forward + backward). A task's tree is used only where N + TREE_PAIR_COST * N^2 < its chains' tokens.
 TREE_PAIR_COST = 1 / 900
 
-# Cost of one more forward pass over branches, in padded tokens (kernel launches and per-layer overhead of
-# a small batch; measured on the tiny model on one CPU core: a pass of one 8-token branch costs about as
-# much as 40 more tokens in a larger pass). `branch_chunks` trades it against padding.
-BRANCH_PASS_COST = 32
+# Cost of one more forward pass over branches, in padded tokens (kernel launches and per-layer overhead),
+# traded against padding by `branch_chunks`. Measured on the demo's SFT batches (tiny model, CPU): with one
+# thread 32 to 256 are within 2 % of each other; with two threads under the passive OpenMP wait policy
+# (`envace.cpu_threads`) a pass costs far more and 256 is 1.25x faster than 32.
+BRANCH_PASS_COST = 256
 
 
 class PackMode(str, Enum):
