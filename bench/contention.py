@@ -53,6 +53,7 @@ POLICIES = {  # name -> environment given to the job before Python starts, and w
     "t1": ({"ENVACE_BENCH_THREADS": "1"}, False),
     "passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, False),
     "t1-passive": ({"ENVACE_BENCH_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}, False),
+    "spin30k": ({"GOMP_SPINCOUNT": "30000"}, True),  # the envace policy, threads spinning up to 30 000 iterations first
 }
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
                "ENVACE_CPU_JOBS", "ENVACE_BENCH_THREADS")

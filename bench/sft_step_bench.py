@@ -3,13 +3,16 @@ full logits (the baseline), on the demo's SFT work.
 
     OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/sft_step_bench.py
     OMP_NUM_THREADS=1 .venv/bin/python bench/sft_step_bench.py --batches 10 --repeats 2   # quick
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/sft_step_bench.py --threads 2   # as the demo runs it on 2 cores
 
 Work: the demo's tiny model (`build_model`, 600 corpus tasks, seed 0, built in a temp dir), its SFT samples
 (3,000 tool-world tasks: packed Act conversations and Rehearse calls) and its batches (16 sequences of one
 role, `BatchDrawer`, seed 0); each arm runs the same `--batches` batches as forward + backward + AdamW step
-through `envace.trainers.sft.batch_loss`, one torch thread. Arms alternate `--repeats` times; the script
-prints each repeat's seconds per step, the median ratio, the tokens each arm runs per batch, and the largest
-loss difference between the arms on the first batches (float32).
+through `envace.trainers.sft.batch_loss`, `--threads` torch threads (default one; an `envace` command runs
+with OMP_WAIT_POLICY=PASSIVE, which the runtime reads at start-up, so set it outside to time what it runs).
+Arms alternate `--repeats` times; the script prints each repeat's seconds per step, the median ratio, the
+tokens each arm runs per batch, and the largest loss difference between the arms on the first batches
+(float32).
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tasks", type=int, default=3000)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (the demo's SFT takes one per core)")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
 
     from envace.data.config import DataConfig
     from envace.data.tasks import load_tasks
