@@ -103,10 +103,11 @@ def prefix_logprobs(model: Any, trunk_ids: torch.Tensor, trunk_lens: torch.Tenso
                     full_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (N,) of `targets` over trunks and the branches that continue them (module docstring).
 
-    `trunk_ids` (P, Tt) right-padded, `trunk_lens` (P,) real lengths. Each chunk is one forward of
-    branches: ids (B, Tb) right-padded, their real lengths (B,) and the trunk each continues (B,). The
-    logits read for target n are those of row `read[n]` of the state table [trunk positions, P x Tt
-    row-major; then each chunk's positions, B x Tb row-major, in chunk order]. Returns as `token_logprobs`.
+    `trunk_ids` (P, Tt) right-padded, `trunk_lens` (P,) real lengths (Tt = 0: no trunk, the branches run
+    alone). Each chunk is one forward of branches: ids (B, Tb) right-padded, their real lengths (B,) and the
+    trunk each continues (B,). The logits read for target n are those of row `read[n]` of the state table
+    [trunk positions, P x Tt row-major; then each chunk's positions, B x Tb row-major, in chunk order].
+    Returns as `token_logprobs`.
     """
     from transformers import DynamicCache  # the model's own cache class: keys/values after RoPE and norms
 
@@ -117,17 +118,22 @@ def prefix_logprobs(model: Any, trunk_ids: torch.Tensor, trunk_lens: torch.Tenso
         return out.logits if split is None else out.last_hidden_state
 
     dev = trunk_ids.device
-    out = net(input_ids=trunk_ids, use_cache=True)
-    cache = out.past_key_values
-    if cache is None or not getattr(cache, "layers", None):
-        raise ValueError("prefix packing needs the model's KV cache (use_cache); gradient checkpointing turns it "
-                         "off: use algo.pack=tree")
-    kv = [(layer.keys, layer.values) for layer in cache.layers]
     width = trunk_ids.shape[1]
-    trunk_mask = (torch.arange(width, device=dev)[None] < trunk_lens[:, None]).long()
-    table = [states(out).flatten(0, 1)]
+    table, kv = [], None
+    if width:  # no trunk (width 0): every branch is a whole sequence
+        out = net(input_ids=trunk_ids, use_cache=True)
+        cache = out.past_key_values
+        if cache is None or not getattr(cache, "layers", None):
+            raise ValueError("prefix packing needs the model's KV cache (use_cache); gradient checkpointing turns "
+                             "it off: use algo.pack=tree")
+        kv = [(layer.keys, layer.values) for layer in cache.layers]
+        trunk_mask = (torch.arange(width, device=dev)[None] < trunk_lens[:, None]).long()
+        table.append(states(out).flatten(0, 1))
     for ids, lens, trunks in chunks:
         tb = ids.shape[1]
+        if kv is None:  # right-padded and causal: no real token sees a pad, so no mask is needed
+            table.append(states(net(input_ids=ids, use_cache=False)).flatten(0, 1))
+            continue
         past = DynamicCache(ddp_cache_data=[(k.index_select(0, trunks), v.index_select(0, trunks)) for k, v in kv])
         mask = torch.cat([trunk_mask.index_select(0, trunks),
                           (torch.arange(tb, device=dev)[None] < lens[:, None]).long()], dim=1)

@@ -46,11 +46,18 @@ from envace.types import Role
 # forward + backward). A task's tree is used only where N + TREE_PAIR_COST * N^2 < its chains' tokens.
 TREE_PAIR_COST = 1 / 900
 
-# Cost of one more forward pass over branches, in padded tokens (kernel launches and per-layer overhead),
-# traded against padding by `branch_chunks`. Measured on the demo's SFT batches (tiny model, CPU): with one
-# thread 32 to 256 are within 2 % of each other; with two threads under the passive OpenMP wait policy
-# (`envace.cpu_threads`) a pass costs far more and 256 is 1.25x faster than 32.
+# Cost of one more forward pass, in padded tokens (kernel launches and per-layer overhead), at one CPU
+# thread; `default_pass_cost` scales it by threads^2 (per-op synchronisation grows with the team, per-token time
+# falls). `branch_chunks` trades it against padding, and a trunk is kept only where it saves more tokens
+# than a pass costs. Measured on the demo's SFT batches (tiny model, CPU): at one thread 32 to 256 are
+# within 2 % of each other; at two threads under the passive OpenMP wait policy (`envace.cpu_threads`) a
+# pass costs far more: one pass and no trunk for ~7 shared tokens are fastest (1024 here).
 BRANCH_PASS_COST = 256
+
+
+def default_pass_cost() -> float:
+    """`BRANCH_PASS_COST` at this process's torch thread count."""
+    return BRANCH_PASS_COST * torch.get_num_threads() ** 2
 
 
 class PackMode(str, Enum):
@@ -188,6 +195,8 @@ def _star(chains: list[Pack]) -> Pack:
     trunk, each chain's remainder as a branch. A chain's last token is left out of its branch: its logits
     predict nothing, and no later token of that chain attends to it."""
     n = _common_prefix([c.ids for c in chains])
+    if (len(chains) - 1) * n < default_pass_cost():
+        n = 0  # a trunk pass would cost more than it saves: the chains run whole, as branches of no trunk
     pack = Pack(ids=chains[0].ids[:n], role=chains[0].role, branches=[])
     for c in chains:
         branch = c.ids[n:len(c.ids) - 1]
@@ -258,9 +267,9 @@ def micro_batches(packs: list[Pack], size: int, max_tokens: int | None = None) -
 
 def branch_chunks(lengths: list[int], pass_cost: float | None = None, max_tokens: int | None = None) -> list[list[int]]:
     """Branches (by index into `lengths`) cut into forward passes: sorted longest first, cut into runs that
-    minimise padded tokens (run size x its longest) + `pass_cost` per run (default `BRANCH_PASS_COST`);
+    minimise padded tokens (run size x its longest) + `pass_cost` per run (default: `default_pass_cost()`);
     a run holds at most `max_tokens` padded tokens unless one branch alone is longer."""
-    cost = BRANCH_PASS_COST if pass_cost is None else pass_cost
+    cost = default_pass_cost() if pass_cost is None else pass_cost
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     n = len(order)
     best = [0.0] + [float("inf")] * n  # best[j]: the first j branches (in order) cut into runs

@@ -203,9 +203,12 @@ def test_sorted_micro_batches_equal_unsorted(model64, monkeypatch):
         torch.testing.assert_close(g, w, atol=1e-7, rtol=0)
 
 
-@pytest.mark.parametrize("mode", ["chain", "tree", "prefix"])
+@pytest.mark.parametrize("mode", ["chain", "tree", "prefix", "prefix-trunk"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_response_only_head_equals_full_logits(tiny_model_dir, dtype, mode):
+def test_response_only_head_equals_full_logits(tiny_model_dir, dtype, mode, monkeypatch):
+    if mode == "prefix-trunk":  # passes cost nothing: the short common prefixes become trunks
+        monkeypatch.setattr(packing_mod, "BRANCH_PASS_COST", 0)
+        mode = "prefix"
     model = load_policy(tiny_model_dir)[0].to(dtype)
     rows = chained_rows(model.config.vocab_size, seed=5)
     for r in rows:
@@ -293,7 +296,7 @@ def test_tree_with_eager_attention_uses_an_additive_mask(model64):
         torch.testing.assert_close(a.logprobs[i], by_row[r], atol=1e-7, rtol=0)
 
 
-def test_prefix_pack_layout_by_hand():
+def test_prefix_pack_layout_by_hand(monkeypatch):
     def row(prompt, resp, key):
         return TrainRow.standalone(role=Role.ACT, prompt_ids=prompt, response_ids=resp,
                                    old_logprobs=[0.0] * len(resp), temperature=1.0, prompt_index=0,
@@ -303,6 +306,12 @@ def test_prefix_pack_layout_by_hand():
     # trajectory 1: [1 2 3 | 9];  trajectory 2: [1 2 | 10 11]
     rows = [row([1, 2, 3], [4, 5], 0), row([1, 2, 3, 4, 5, 6], [7, 8], 0), row([1, 2, 3], [9], 1),
             row([1, 2], [10, 11], 2)]
+    # a trunk of 2 tokens saves (3 - 1) x 2 = 4 tokens: not worth a pass at the default cost, so no trunk
+    assert packing_mod.default_pass_cost() > 4
+    (whole,) = pack_rows(rows, "prefix")
+    assert whole.ids == [] and whole.branches == [[1, 2, 3, 4, 5, 6, 7], [1, 2, 3], [1, 2, 10]]
+    assert [s.read for s in whole.segments] == [[2, 3], [5, 6], [7 + 2], [10 + 1, 10 + 2]]
+    monkeypatch.setattr(packing_mod, "BRANCH_PASS_COST", 0)  # passes cost nothing: every shared token is kept
     (pack,) = pack_rows(rows, "prefix")
     # trunk = the common prefix [1 2]; branches drop each chain's last token (8, 9, 11): no logits read there
     assert pack.ids == [1, 2]
