@@ -15,7 +15,7 @@ prefix can share its computation:
   (`TREE_PAIR_COST`).
 - "prefix": a task's chains (per role) share their longest common prefix, the trunk: it runs once with
   the KV cache, and each chain's remainder (its branch) runs against the cached trunk, batched with other
-  branches of similar length (`branch_chunks`: padding plus a per-pass cost, `BRANCH_PASS_COST`). No N^2
+  branches of similar length (`envace.trainers.prefix_passes`: padding plus a per-pass cost). No N^2
   mask, so it suits long multi-turn trajectories whose tree is too large; it shares only the common
   prefix, where the tree shares every common turn. Needs full attention and the KV cache
   (`envace.engines.logprobs.prefix_supported`; otherwise the update falls back to "tree").
@@ -30,14 +30,14 @@ micro-batch are one role's, and each role's gradient can be read from the micro-
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 from enum import Enum
 
 import torch
 
 from envace.engines.base import logprob_temperature
-from envace.engines.logprobs import prefix_logprobs, token_logprobs
+from envace.engines.logprobs import token_logprobs
+from envace.trainers.prefix_passes import branch_chunks, default_pass_cost, prefix_pass
 from envace.trainers.train_rows import TrainRow
 from envace.types import Role
 
@@ -45,20 +45,6 @@ from envace.types import Role
 # (projections, MLP): measured on the tiny model on one CPU core (~0.45 us per pair vs ~0.4 ms per token
 # forward + backward). A task's tree is used only where N + TREE_PAIR_COST * N^2 < its chains' tokens.
 TREE_PAIR_COST = 1 / 900
-
-# Cost of one more forward pass, in padded tokens (kernel launches and per-layer overhead), at one CPU
-# thread; `default_pass_cost` scales it by threads^2 (per-op synchronisation grows with the team, per-token time
-# falls). `branch_chunks` trades it against padding, and a trunk is kept only where it saves more tokens
-# than a pass costs. Measured on the demo's SFT batches (tiny model, CPU): at one thread 32 to 256 are
-# within 2 % of each other; at two threads under the passive OpenMP wait policy (`envace.cpu_threads`) a
-# pass costs far more: one pass and no trunk for ~7 shared tokens are fastest (1024 here).
-BRANCH_PASS_COST = 256
-
-
-def default_pass_cost() -> float:
-    """`BRANCH_PASS_COST` at this process's torch thread count."""
-    return BRANCH_PASS_COST * torch.get_num_threads() ** 2
-
 
 class PackMode(str, Enum):
     OFF = "off"
@@ -209,10 +195,10 @@ def _star(chains: list[Pack]) -> Pack:
     return pack
 
 
-def _stars(rows: list[TrainRow], idx: list[int]) -> list[Pack]:
-    """The chains of rows `idx` (one role and task), as one prefix pack per first token."""
+def _stars(chains: list[Pack]) -> list[Pack]:
+    """`chains` as one prefix pack per first token."""
     by_first: dict[int, list[Pack]] = {}
-    for c in _chains(rows, idx, merge=True):
+    for c in chains:
         by_first.setdefault(c.ids[0], []).append(c)
     return [_star(cs) for cs in by_first.values()]
 
@@ -233,7 +219,7 @@ def pack_rows(rows: list[TrainRow], mode: PackMode | str = PackMode.CHAIN) -> li
     out: list[Pack] = []
     if mode is PackMode.PREFIX:
         for g in groups.values():
-            out.extend(_stars(rows, g))
+            out.extend(_stars(_chains(rows, g, merge=True)))
         return out
     for g in groups.values():
         tree, chains = _tree(rows, g), _chains(rows, g, merge=True)
@@ -263,31 +249,6 @@ def micro_batches(packs: list[Pack], size: int, max_tokens: int | None = None) -
         if cur:
             out.append(cur)
     return out
-
-
-def branch_chunks(lengths: list[int], pass_cost: float | None = None, max_tokens: int | None = None) -> list[list[int]]:
-    """Branches (by index into `lengths`) cut into forward passes: sorted longest first, cut into runs that
-    minimise padded tokens (run size x its longest) + `pass_cost` per run (default: `default_pass_cost()`);
-    a run holds at most `max_tokens` padded tokens unless one branch alone is longer."""
-    cost = default_pass_cost() if pass_cost is None else pass_cost
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    n = len(order)
-    best = [0.0] + [float("inf")] * n  # best[j]: the first j branches (in order) cut into runs
-    cut = [0] * (n + 1)
-    for j in range(1, n + 1):
-        for i in range(j - 1, -1, -1):  # run order[i:j], its longest is order[i]
-            width = lengths[order[i]]
-            if max_tokens is not None and j - i > 1 and (j - i) * width > max_tokens:
-                break
-            c = best[i] + (j - i) * width + cost
-            if c < best[j]:
-                best[j], cut[j] = c, i
-    runs: list[list[int]] = []
-    j = n
-    while j > 0:
-        runs.append(order[cut[j]:j])
-        j = cut[j]
-    return runs[::-1]
 
 
 def padded_tokens(packs: list[Pack], max_tokens: int | None = None) -> int:
@@ -369,55 +330,6 @@ def _targets(packs: list[Pack], rows: list[TrainRow]):
     return order, slot, cols, targets, temps
 
 
-def prefix_pass(model, packs: list[Pack], targets: list[int], temps: list[float], pad_id: int,
-                max_tokens: int | None = None, **kw) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (N,) (and entropies) of `targets`, one per read position of the prefix packs' segments in
-    order, at `temps`: the trunks in one pass, the branches in `branch_chunks` passes of at most
-    `max_tokens` padded tokens. `kw` as `envace.engines.logprobs.prefix_logprobs`."""
-    device = next(model.parameters()).device
-    width = max(len(p.ids) for p in packs)
-    trunk_ids = torch.full((len(packs), width), int(pad_id), dtype=torch.long)
-    for i, p in enumerate(packs):
-        trunk_ids[i, :len(p.ids)] = torch.tensor(p.ids, dtype=torch.long)
-    branches = [(i, b) for i, p in enumerate(packs) for b in p.branches or ()]
-    # state-table row of each branch's first token: trunks first (P x width), then each run (B x its width)
-    first_row = [0] * len(branches)
-    chunks = []
-    base = len(packs) * width
-    for run in branch_chunks([len(b) for _, b in branches], max_tokens=max_tokens):
-        tb = len(branches[run[0]][1])
-        ids = torch.full((len(run), tb), int(pad_id), dtype=torch.long)
-        for r, k in enumerate(run):
-            b = branches[k][1]
-            ids[r, :len(b)] = torch.tensor(b, dtype=torch.long)
-            first_row[k] = base + r * tb
-        chunks.append((ids.to(device), torch.tensor([len(branches[k][1]) for k in run], device=device),
-                       torch.tensor([branches[k][0] for k in run], device=device)))
-        base += len(run) * tb
-    read: list[int] = []
-    k0 = 0  # index of the pack's first branch in `branches`
-    for i, pack in enumerate(packs):
-        n = len(pack.ids)
-        starts = [n]
-        for b in pack.branches or ():
-            starts.append(starts[-1] + len(b))
-        for seg in pack.segments:
-            for t in seg.read:
-                if t < n:
-                    read.append(i * width + t)
-                    continue
-                k = bisect.bisect_right(starts, t) - 1  # the branch holding virtual position t
-                assert k < len(starts) - 1, "a read past the last branch (a chain's last token is never read)"
-                read.append(first_row[k0 + k] + t - starts[k])
-        k0 += len(pack.branches or ())
-    if len(read) != len(targets) or len(temps) != len(targets):
-        raise ValueError(f"{len(read)} read positions, {len(targets)} targets and {len(temps)} temperatures; "
-                         f"pass one target and temperature per read position")
-    return prefix_logprobs(model, trunk_ids.to(device), torch.tensor([len(p.ids) for p in packs], device=device),
-                           chunks, torch.tensor(read, device=device), torch.tensor(targets, device=device),
-                           torch.tensor(temps, device=device), **kw)
-
-
 def shared_prefix_packs(seqs: list[list[int]], reads: list[list[int]], role: Role) -> list[Pack]:
     """Prefix packs of whole sequences (e.g. one supervised batch): sequence i, whose logits are read at
     positions `reads[i]`, becomes segment `row=i`; sequences that start with the same token share a trunk."""
@@ -427,10 +339,7 @@ def shared_prefix_packs(seqs: list[list[int]], reads: list[list[int]], role: Rol
             raise ValueError(f"sequence {i}: read positions must lie in 0..len-2 of a non-empty sequence "
                              f"(logits at t predict token t + 1)")
         chains.append(Pack(ids=list(seq), role=role, segments=[Segment(row=i, read=list(rd))]))
-    by_first: dict[int, list[Pack]] = {}
-    for c in chains:
-        by_first.setdefault(c.ids[0], []).append(c)
-    return [_star(cs) for cs in by_first.values()]
+    return _stars(chains)
 
 
 def packed_logprobs(model, packs: list[Pack], rows: list[TrainRow], pad_id: int, *, with_entropy: bool = False,

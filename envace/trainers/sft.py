@@ -36,7 +36,8 @@ from envace.models.loading import load_policy, pick_device, save_model
 from envace.roles.act import act_prompt_ids
 from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids, render_execution_result
 from envace.trainers.config import SFTConfig
-from envace.trainers.packing import prefix_pass, shared_prefix_packs
+from envace.trainers.packing import shared_prefix_packs
+from envace.trainers.prefix_passes import prefix_pass
 from envace.types import Message, Role, Task, ToolCall
 
 END = "<|im_end|>"

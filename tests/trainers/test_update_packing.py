@@ -14,10 +14,11 @@ import torch
 
 from envace.engines.base import logprob_temperature
 from envace.models.loading import load_policy
-from envace.trainers import packing as packing_mod
+from envace.trainers import prefix_passes as passes_mod
 from envace.trainers import update as update_mod
 from envace.trainers.config import AlgoConfig
-from envace.trainers.packing import branch_chunks, micro_batches, pack_rows, packed_logprobs, tree_mask_kind
+from envace.trainers.packing import micro_batches, pack_rows, packed_logprobs, tree_mask_kind
+from envace.trainers.prefix_passes import branch_chunks
 from envace.trainers.train_rows import TrainRow
 from envace.trainers.update import policy_update
 from envace.types import Role
@@ -148,7 +149,7 @@ def test_packed_unpacked_and_slow_loop_agree(model64, case, monkeypatch):
             ("chain", 2, None), ("chain", 100, None), ("off", 3, None), ("off", 1, None)]
     for pack, mb, pass_cost in runs:
         # pass cost 0: every branch length its own forward pass (several passes against one trunk cache)
-        monkeypatch.setattr(packing_mod, "BRANCH_PASS_COST", 256 if pass_cost is None else pass_cost)
+        monkeypatch.setattr(passes_mod, "BRANCH_PASS_COST", 256 if pass_cost is None else pass_cost)
         res, got = _grads_by_sgd(model64, rows, algo.model_copy(update={"pack": pack}), mb, ref=ref)
         assert res.loss == pytest.approx(want_loss, abs=1e-9), (pack, mb)
         # 1e-7, not float64's 1e-15: Qwen3's RMSNorm computes in float32 even in a float64 model, so
@@ -207,7 +208,7 @@ def test_sorted_micro_batches_equal_unsorted(model64, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_response_only_head_equals_full_logits(tiny_model_dir, dtype, mode, monkeypatch):
     if mode == "prefix-trunk":  # passes cost nothing: the short common prefixes become trunks
-        monkeypatch.setattr(packing_mod, "BRANCH_PASS_COST", 0)
+        monkeypatch.setattr(passes_mod, "BRANCH_PASS_COST", 0)
         mode = "prefix"
     model = load_policy(tiny_model_dir)[0].to(dtype)
     rows = chained_rows(model.config.vocab_size, seed=5)
@@ -307,11 +308,11 @@ def test_prefix_pack_layout_by_hand(monkeypatch):
     rows = [row([1, 2, 3], [4, 5], 0), row([1, 2, 3, 4, 5, 6], [7, 8], 0), row([1, 2, 3], [9], 1),
             row([1, 2], [10, 11], 2)]
     # a trunk of 2 tokens saves (3 - 1) x 2 = 4 tokens: not worth a pass at the default cost, so no trunk
-    assert packing_mod.default_pass_cost() > 4
+    assert passes_mod.default_pass_cost() > 4
     (whole,) = pack_rows(rows, "prefix")
     assert whole.ids == [] and whole.branches == [[1, 2, 3, 4, 5, 6, 7], [1, 2, 3], [1, 2, 10]]
     assert [s.read for s in whole.segments] == [[2, 3], [5, 6], [7 + 2], [10 + 1, 10 + 2]]
-    monkeypatch.setattr(packing_mod, "BRANCH_PASS_COST", 0)  # passes cost nothing: every shared token is kept
+    monkeypatch.setattr(passes_mod, "BRANCH_PASS_COST", 0)  # passes cost nothing: every shared token is kept
     (pack,) = pack_rows(rows, "prefix")
     # trunk = the common prefix [1 2]; branches drop each chain's last token (8, 9, 11): no logits read there
     assert pack.ids == [1, 2]
