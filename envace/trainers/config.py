@@ -44,10 +44,11 @@ class AlgoConfig(BaseConfig):
                                                  "TRL num_iterations; paper: 1).")
     ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch: the batch is shuffled and split "
                                                        "into this many mini-batches (paper: 1).")
-    pack: Literal["prefix", "tree", "chain", "off"] = Field(
+    pack: Literal["auto", "prefix", "tree", "chain", "off"] = Field(
         "prefix", description="Share prompt prefixes in the update (same loss, fewer tokens): a task's common "
                               "prefix run once with the KV cache and its trajectories continuing it, a task's rows "
-                              "as one prefix tree, a trajectory's extending calls as one sequence, or off.")
+                              "as one prefix tree, a trajectory's extending calls as one sequence, or off; auto "
+                              "picks, per task, the cheaper of prefix and tree (envace.trainers.packing).")
     echo_coef: float = Field(0.0, ge=0, description="Echo arm (rollout.mode=env only): weight of the cross-entropy "
                                                     "on each executed call's real answer as a Rehearse target under "
                                                     "the Rehearse prompt rehearse mode would build, token-mean over "

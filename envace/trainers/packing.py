@@ -19,6 +19,11 @@ prefix can share its computation:
   mask, so it suits long multi-turn trajectories whose tree is too large; it shares only the common
   prefix, where the tree shares every common turn. Needs full attention and the KV cache
   (`envace.engines.logprobs.prefix_supported`; otherwise the update falls back to "tree").
+- "auto": per task and role, whichever of its tree and its prefix pack runs fewer token-equivalents (the
+  tree's N + `TREE_PAIR_COST` N^2 against the prefix pack's trunk and branch tokens): short rehearse-mode
+  calls, whose K trajectories share many turns beyond the common prefix, take the tree; long multi-turn
+  trajectories, whose tree mask grows as N^2, take the prefix. Tree and prefix packs never share a
+  micro-batch. Needs what both need (the update falls back to "tree" without the KV cache).
 - "off": one sequence per row.
 Every row keeps a `Segment`: the positions whose logits predict its response tokens. The loss is
 unchanged (the tests check all three against a per-row loop).
@@ -51,6 +56,7 @@ class PackMode(str, Enum):
     CHAIN = "chain"
     TREE = "tree"
     PREFIX = "prefix"
+    AUTO = "auto"
 
 
 @dataclass
@@ -224,21 +230,28 @@ def pack_rows(rows: list[TrainRow], mode: PackMode | str = PackMode.CHAIN) -> li
     for g in groups.values():
         tree, chains = _tree(rows, g), _chains(rows, g, merge=True)
         n = len(tree.ids)
-        # a tree's masked attention costs ~N^2 pairs; keep it only where it beats the chains' tokens
-        out.extend([tree] if n + TREE_PAIR_COST * n * n < sum(len(c.ids) for c in chains) else chains)
+        tree_cost = n + TREE_PAIR_COST * n * n  # a tree's masked attention costs ~N^2 pairs
+        if mode is PackMode.AUTO:
+            stars = _stars(chains)
+            out.extend([tree] if tree_cost < sum(p.tokens for p in stars) else stars)
+            continue
+        # keep the tree only where it beats the chains' tokens
+        out.extend([tree] if tree_cost < sum(len(c.ids) for c in chains) else chains)
     return out
 
 
 def micro_batches(packs: list[Pack], size: int, max_tokens: int | None = None) -> list[list[Pack]]:
-    """Packs grouped by role, sorted by length (longest first) and cut into chunks of at most `size`
-    sequences and, when `max_tokens` is set, at most `max_tokens` padded tokens (sequences x longest;
-    a single longer sequence still gets its own chunk). Prefix packs count their trunk and branch tokens
-    (`Pack.tokens`) and one sequence each."""
+    """Packs grouped by role (and prefix packs apart from the others), sorted by length (longest first) and
+    cut into chunks of at most `size` sequences and, when `max_tokens` is set, at most `max_tokens` padded
+    tokens (sequences x longest; a single longer sequence still gets its own chunk). Prefix packs count their
+    trunk and branch tokens (`Pack.tokens`) and one sequence each."""
     out: list[list[Pack]] = []
-    for role in sorted({p.role for p in packs}, key=lambda r: r.value):
+    kinds = sorted({(p.role.value, p.branches is not None) for p in packs})  # prefix packs run on their own
+    for role, prefix in kinds:
         cur: list[Pack] = []
         held = 0
-        for p in sorted((p for p in packs if p.role == role), key=lambda p: -p.tokens):
+        for p in sorted((p for p in packs if p.role.value == role and (p.branches is not None) == prefix),
+                        key=lambda p: -p.tokens):
             # longest first: a plain chunk's padded width is its first sequence's length
             grown = held + p.tokens if p.branches is not None else (len(cur) + 1) * (len(cur[0].ids) if cur else 0)
             if cur and (len(cur) >= size or (max_tokens is not None and grown > max_tokens)):

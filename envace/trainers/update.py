@@ -298,7 +298,7 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
     model.train()
     rows = [r for r in rows if not math.isnan(r.reward)]  # unscored: out of every denominator
     mode = PackMode(algo.pack)
-    if mode is PackMode.PREFIX and (prefix_supported(model) is not None
+    if mode in (PackMode.PREFIX, PackMode.AUTO) and (prefix_supported(model) is not None
                                     or (ref_model is not None and prefix_supported(ref_model) is not None)):
         mode = PackMode.TREE  # no KV cache, or a sliding-window layer
     if mode is PackMode.TREE and tree_mask_kind(model) is None:

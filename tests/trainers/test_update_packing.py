@@ -145,7 +145,8 @@ def test_packed_unpacked_and_slow_loop_agree(model64, case, monkeypatch):
     assert len(pack_rows(rows, "chain")) < len(pack_rows(rows, "off"))
     assert sum(len(p.ids) for p in pack_rows(rows, "tree")) < sum(len(p.ids) for p in pack_rows(rows, "chain"))
     assert sum(p.tokens for p in pack_rows(rows, "prefix")) < sum(len(p.ids) for p in pack_rows(rows, "chain"))
-    runs = [("prefix", 1, None), ("prefix", 100, None), ("prefix", 100, 0), ("tree", 1, None), ("tree", 100, None),
+    runs = [("prefix", 1, None), ("prefix", 100, None), ("prefix", 100, 0), ("auto", 100, None), ("auto", 1, 0),
+            ("tree", 1, None), ("tree", 100, None),
             ("chain", 2, None), ("chain", 100, None), ("off", 3, None), ("off", 1, None)]
     for pack, mb, pass_cost in runs:
         # pass cost 0: every branch length its own forward pass (several passes against one trunk cache)
@@ -328,6 +329,48 @@ def test_prefix_pack_layout_by_hand(monkeypatch):
     packs = pack_rows(rows + [other, rehearse], "prefix")
     assert sorted((p.role.value, p.ids[0], len(p.segments)) for p in packs) == [
         ("act", 1, 4), ("act", 5, 1), ("rehearse", 1, 1)]
+
+
+def _two_task_rows(vocab: int, seed: int) -> list[TrainRow]:
+    """Act rows of two tasks. Task 0: four trajectories whose first turn (8 tokens) is common, two pairs of which
+    also share their second turn (6 more tokens), so a tree shares more than the common prefix. Task 1: three
+    trajectories that share only their 9-token prompt."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+
+    def add(prompt, n_resp, task, key):
+        rows.append(TrainRow.standalone(role=Role.ACT, prompt_ids=prompt, response_ids=_rand(g, n_resp, vocab),
+                                        old_logprobs=[], temperature=1.0, prompt_index=task, trajectory_key=key,
+                                        reward=0.0, advantage=float(torch.randn(1, generator=g))))
+
+    turn1 = _rand(g, 8, vocab)
+    for pair in range(2):
+        turn2 = _rand(g, 6, vocab)
+        for k in range(2):
+            add(turn1 + turn2, 3, 0, 2 * pair + k)
+    prompt = _rand(g, 9, vocab)
+    for k in range(3):
+        add(prompt, 4, 1, 10 + k)
+    return rows
+
+
+def test_auto_takes_the_cheaper_layout_per_task_and_keeps_the_loss(model64, monkeypatch):
+    monkeypatch.setattr(passes_mod, "BRANCH_PASS_COST", 0)  # a trunk is worth keeping at any length
+    rows = with_old_logprobs(model64, _two_task_rows(model64.config.vocab_size, seed=7), seed=8)
+    packs = pack_rows(rows, "auto")
+    kinds = {rows[p.segments[0].row].prompt_index: ("prefix" if p.branches is not None else "tree") for p in packs}
+    # task 0: tree 8 + 2 x 6 + 4 x 3 = 32 tokens (+ 32^2 / 900 for its mask) against the prefix pack's trunk of 8
+    # and four branches of 6 + 3 - 1 = 32 tokens in all; task 1: tree 9 + 3 x 4 = 21 (+ mask) against 9 + 3 x 3 = 18
+    assert len(packs) == 2 and kinds == {0: "tree", 1: "prefix"}
+    assert len(packs[0].ids) == 32 and packs[1].tokens == 18
+    assert all(len({p.branches is None for p in mb}) == 1 for mb in micro_batches(packs, 100))
+    algo = AlgoConfig(grad_noise_scale=False)
+    want_loss, want = _reference_grads(model64, rows, algo)
+    for pack in ("auto", "prefix", "tree"):
+        res, got = _grads_by_sgd(model64, rows, algo.model_copy(update={"pack": pack}), 100)
+        assert res.loss == pytest.approx(want_loss, abs=1e-9), pack
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=1e-7, rtol=0)
 
 
 def test_branch_chunks_minimise_padding_plus_pass_cost_by_hand():
