@@ -36,6 +36,10 @@ METRIC_GROUPS: dict[str, str] = {
     # the trainer's exploitation monitor (envace.trainers.shadow): a widening gap = the policy fooling Rehearse
     "Rehearsed vs real reward (exploitation monitor)": r"^shadow/(reward_rehearsed|reward_real|gap)$",
     "Rehearsed vs real reward per role": r"^shadow/(act|rehearse)/(reward_rehearsed|reward_real)$",
+    # the same monitor's world-model readings: rehearsed answers vs the real world's, per step
+    "World model vs the real world (exact match, error recall / precision)":
+        r"^shadow/(exact_match|error_recall|error_precision)$",
+    "Sampling entropy per role": r"^(act|rehearse)/entropy$",
 }
 
 
@@ -149,6 +153,21 @@ def sweep_table(df: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
         out["mean ± 95% CI"] = out["display"].astype(str)
     else:
         out["mean ± 95% CI"] = [_ci_text(m, c, digits) for m, c in zip(out["mean"], out["ci95"])]
+    return out
+
+
+def curves_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """The sweep flow's per-arm curves (envace.sweeps.curves: group, metric, step, n, mean, low, high), steps as
+    integers. Raises ValueError naming the missing columns."""
+    missing = [c for c in ("group", "metric", "step", "mean") if c not in df.columns]
+    if missing:
+        raise ValueError(f"curves table lacks column(s) {missing} (columns: {list(df.columns)}); the sweep flow "
+                         "writes group, metric, step, n, mean, low, high")
+    out = df.copy()
+    out["step"] = out["step"].astype(int)
+    for c in ("low", "high"):
+        if c not in out.columns:
+            out[c] = float("nan")
     return out
 
 

@@ -49,6 +49,7 @@ from prefect.tasks import exponential_backoff
 from envace.cpu_threads import cpu_jobs
 from envace.secrets import mask_text
 from envace.sweeps.cells import calls_endpoint, cell_cache_key, resolve_cell_config, run_cell
+from envace.sweeps.curves import markdown_curves, sweep_curves, write_curves
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
 from envace.sweeps.paired_report import markdown_paired, paired_report
 from envace.sweeps.prepare import SFTSpec, build_sft, parallel_threads
@@ -257,6 +258,9 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
             paired.to_csv(paths["paired.csv"], index=False)
         if world is not None:
             paths.update(write_world_models(out / "results", world))
+        curves = sweep_curves(records, cfg.resolved_mlflow_uri())  # per-arm training curves, seeds pooled
+        if not curves.empty:
+            paths.update(write_curves(out / "results", curves, cfg.name))
         if "tts_n" in axes and "tts_mode" in axes:  # TTS sweep: table per mode and the score-vs-N plot
             from envace.sweeps.tts_report import write_tts_report
 
@@ -273,6 +277,7 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
                              f"{markdown_paired(paired)}\n\n"
                              + (f"### Task gain vs world-model gain\n{markdown_world_models(world)}\n\n"
                                 if world is not None else "")
+                             + (f"### Training curves\n{markdown_curves(curves)}\n\n" if not curves.empty else "")
                              + f"### Failed cells\n{failures}\n",
                              key=f"{key}-summary", description=f"sweep {cfg.name} summary")
     if failed:

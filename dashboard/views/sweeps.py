@@ -1,5 +1,6 @@
 """Sweeps: the ablation table (mean ± 95 % CI per grid point, as the sweep flow logged it in
-`sweep/results.csv`) and the test-time-rehearsal chart (score vs N, one line per mode, from
+`sweep/results.csv`), the per-arm training curves (`sweep/curves.csv`: mean over seeds per step, 95 % band)
+and the test-time-rehearsal chart (score vs N, one line per mode, from
 `tts/results.csv`), read from MLflow artifacts."""
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import streamlit as st
 
 from dashboard import mlflow_data as md
 from dashboard.common import require_mlflow, settings
-from dashboard.tables import label_column, read_csv, sweep_table, tts_frame, tts_lines
+from dashboard.tables import curves_frame, label_column, read_csv, sweep_table, tts_frame, tts_lines
 
 SWEEP_CSV = "sweep/results.csv"
+CURVES_CSV = "sweep/curves.csv"
 TTS_CSV = "tts/results.csv"
 PREFERRED_METRICS = ("score", "reward", "success")
 
@@ -51,6 +53,23 @@ if table is not None:
         fig.update_layout(title=f"mean ± 95% CI{'' if metric is None else ' · ' + html.escape(metric)}",
                           height=340, margin=dict(l=10, r=10, t=40, b=10))
         st.plotly_chart(fig, key=f"sweep-chart-{metric}")
+
+st.header("Training curves per arm")
+curves = pick_table(CURVES_CSV, "per-arm curves", "Sweep run (curves)", "curves_run", curves_frame)
+if curves is not None:
+    names = list(dict.fromkeys(curves["metric"]))
+    metric = st.selectbox("Metric", names, key="curves_metric")
+    part = curves[curves["metric"] == metric]
+    fig = go.Figure()
+    for group in dict.fromkeys(part["group"]):
+        g = part[part["group"] == group]
+        fig.add_trace(go.Scatter(x=g["step"].tolist(), y=g["mean"].tolist(), mode="lines+markers",
+                                 name=html.escape(str(group)),
+                                 error_y=dict(type="data", array=(g["high"] - g["mean"]).fillna(0).tolist(),
+                                              visible=True)))
+    fig.update_layout(title=f"{html.escape(metric)}: mean over seeds, 95% CI", xaxis_title="step", height=380,
+                      margin=dict(l=10, r=10, t=40, b=10))
+    st.plotly_chart(fig, key="curves-chart")
 
 st.header("Test-time rehearsal")
 tts = pick_table(TTS_CSV, "TTS sweeps", "TTS sweep run", "tts_run", tts_frame)

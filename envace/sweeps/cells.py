@@ -32,6 +32,7 @@ from typing import Any
 
 from envace.config import BaseConfig, flatten, load_config
 from envace.sweeps.cache import cache_key
+from envace.sweeps.curves import metric_history
 from envace.sweeps.grid import CellSpec
 
 EXECUTIONS = "executions.jsonl"
@@ -99,18 +100,8 @@ def logged_history(mlflow_uri: str | None, run_id: str | None) -> list[dict[str,
     """Every step's `reward/mean` as the MLflow run holds it. A cell resumed after a kill trains only the
     steps after its last checkpoint, so its in-process history is a tail; the summary comes from the run,
     which holds every step once (re-run steps are not logged twice), so cell and MLflow agree."""
-    if not run_id:
-        return []
-    from mlflow.tracking import MlflowClient
-
-    from envace.tracking.mlflow_run import resolve_tracking_uri
-
-    uri, _ = resolve_tracking_uri(mlflow_uri)
-    points = MlflowClient(tracking_uri=uri).get_metric_history(run_id, "reward/mean")
-    by_step = {}
-    for m in sorted(points, key=lambda m: (m.step, m.timestamp)):
-        by_step.setdefault(m.step, m.value)  # the first value of a step is the one a resume did not replace
-    return [{"step": float(k), "reward/mean": v} for k, v in sorted(by_step.items())]
+    points = metric_history(mlflow_uri, run_id, "reward/mean")
+    return [{"step": float(k), "reward/mean": v} for k, v in sorted(points.items())]
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from envace.store.runs import RunInfo
 from envace.store.session import read_only_session
 from envace.store.synthetic import synthetic_trajectory
 from envace.store.writer import TrajectoryWriter
+from envace.sweeps.curves import curves_table
 from envace.sweeps.results import summarize
 from envace.tracking.mlflow_run import resolve_tracking_uri, start_run
 from envace.types import (
@@ -56,6 +57,10 @@ DIFFERING_KEYS = {"rollout.mode", "optim.lr"}  # by hand from the two configs ab
 SWEEP_SEEDS = {"envace": ("rehearse", [0.5, 0.6, 0.7]), "grpo": ("env", [0.4, 0.4, 0.5])}
 # by hand: mean ± t(0.975, 2) · s / sqrt(3), t = 4.302653; envace s = 0.1, grpo s = 0.057735
 SWEEP_EXPECTED = {"envace": (0.6, 0.248414, "0.600 ± 0.248"), "grpo": (0.433333, 0.143422, "0.433 ± 0.143")}
+# per-arm training curves (envace.sweeps.curves.curves_table): {group: {step: values over seeds}} of
+# shadow/exact_match; by hand: envace step 1 mean 0.7, t(0.975, 1) · s / sqrt(2) = 12.706205 · 0.141421 / 1.414214
+CURVE_SEEDS = {"envace": {0: [0.5, 0.5], 1: [0.6, 0.8]}, "envace_t001": {0: [0.7], 1: [0.9]}}
+CURVE_EXPECTED = {"envace": ([0, 1], [0.5, 0.7], [0.0, 1.2706205]), "envace_t001": ([0, 1], [0.7, 0.9], [0.0, 0.0])}
 # the TTS flow runs N = 0 (the plain run) once (under the first mode); one seed each
 TTS_CELLS = {(0, "parallel"): 0.40, (2, "parallel"): 0.45, (3, "parallel"): 0.47, (2, "sequential"): 0.48,
              (3, "sequential"): 0.50}
@@ -150,8 +155,12 @@ def _write_mlflow(root: Path) -> tuple[str, dict[str, str]]:
     records = [{"group": f"n{n}-{m}", "levels": {"tts_n": n, "tts_mode": m}, "seed": 0, "metrics": {"reward": v}}
                for (n, m), v in TTS_CELLS.items()]
     summarize(records, ["tts_n", "tts_mode"], ["reward"]).to_csv(tables / "tts" / "results.csv", index=False)
+    histories = [(g, {"shadow/exact_match": {step: vals[i] for step, vals in by_step.items()}})
+                 for g, by_step in CURVE_SEEDS.items() for i in range(len(by_step[0]))]
+    curves_table(histories).to_csv(tables / "sweep" / "curves.csv", index=False)
     with start_run(root, "sweeps", "paper-ablations") as r:
         r.log_artifact(tables / "sweep" / "results.csv", "sweep")
+        r.log_artifact(tables / "sweep" / "curves.csv", "sweep")
         r.log_artifact(tables / "tts" / "results.csv", "tts")
         ids["sweep"] = r.run_id
     results = [BenchmarkResult(benchmark=name, categories={}, groups={}, overall=v, overall_definition="mean",

@@ -236,6 +236,11 @@ def test_sweeps_page_shows_ablation_table_and_tts_chart(dc, dash_env):
     assert bars["x"] == list(dc.SWEEP_EXPECTED)
     assert bars["y"] == pytest.approx([e[0] for e in dc.SWEEP_EXPECTED.values()], abs=1e-6)
     assert bars["error_y"]["array"] == pytest.approx([e[1] for e in dc.SWEEP_EXPECTED.values()], abs=1e-6)
+    curves = {t["name"]: (t["x"], t["y"], t["error_y"]["array"]) for t in chart(at, "mean over seeds")["data"]}
+    assert set(curves) == set(dc.CURVE_EXPECTED)
+    for group, (steps, means, halves) in dc.CURVE_EXPECTED.items():
+        assert curves[group][0] == steps
+        assert curves[group][1] == pytest.approx(means) and curves[group][2] == pytest.approx(halves)
     tts = chart(at, "score vs N")["data"]
     got = {t["name"]: list(zip(t["x"], t["y"])) for t in tts}
     base = dc.TTS_CELLS[(0, "parallel")]  # N = 0 (the plain run) is shared: it starts both lines

@@ -86,6 +86,22 @@ def test_results_table_matches_child_run_metrics(two_cell):
         assert pd.isna(row["ci95"])
 
 
+def test_curves_artifact_holds_each_arms_logged_history(two_cell):
+    path, summary = two_cell
+    client = client_for(path)
+    assert "sweep/curves.csv" in {a.path for a in client.list_artifacts(summary["parent_run_id"], "sweep")}
+    curves = pd.read_csv(Path(summary["results_csv"]).parent / "curves.csv")
+    for name, run_id in summary["child_runs"].items():  # one seed per arm: the curve is the run's own history
+        group = name.rsplit(",seed=", 1)[0]
+        for metric in ("reward/mean", "act/entropy"):
+            logged = sorted((m.step, m.value) for m in client.get_metric_history(run_id, metric))
+            part = curves[(curves["group"] == group) & (curves["metric"] == metric)].sort_values("step")
+            assert logged and part["step"].tolist() == [s for s, _ in logged]
+            assert part["mean"].tolist() == pytest.approx([v for _, v in logged]) and set(part["n"]) == {1}
+    shadow = curves[curves["metric"] == "shadow/exact_match"]
+    assert set(shadow["group"]) <= {"variant=envace"}  # the real-world replay runs in rehearse mode only
+
+
 def test_cells_never_overlap_with_max_workers_1(two_cell):
     _, summary = two_cell
     spans = sorted((e["start"], e["t"]) for n in NAMES
