@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,35 @@ def test_paper_ablations_cover_the_papers_switches():
     # one rollout contract: every cell (9 trained arms, 3 base rows) ends its episodes by the same rules
     rules = {g: c.rollout.rule_values() for g, c in by_group.items()}
     assert len(rules) == 12 and len({tuple(sorted(r.items())) for r in rules.values()}) == 1
+
+
+def test_fair_arms_are_paper_ablations_arms_with_one_contract():
+    """The fair-arms grid is six of paper_ablations' arms, cell for cell the same training and evaluation
+    configs (only their output and tracking places differ), all under one set of episode rules."""
+    fair = load_config(SweepConfig, REPO / "configs/sweeps/fair_arms.yaml")
+    paper = load_config(SweepConfig, REPO / "configs/sweeps/paper_ablations.yaml")
+    assert fair.seeds == [0, 1, 2]
+
+    def comparable(cfg):
+        out = {}
+        for c in expand_cells(cfg):
+            if c.seed != 0:
+                continue
+            d = resolve_cell_config(c, for_key=True).model_dump(mode="json")
+            for k in ("out_dir", "tracking"):
+                d.pop(k, None)
+            out[c.group] = json.dumps(d, sort_keys=True).replace("fair_arms", "SWEEP").replace("paper_ablations",
+                                                                                              "SWEEP")
+        return out
+
+    f, p = comparable(fair), comparable(paper)
+    assert set(f) == {f"variant={v}" for v in ("base", "base_errors", "envace", "grpo_env", "per_role",
+                                                "act_only_sim", "rehearse_t0.01", "envace_error_demos")}
+    assert {g: f[g] == p[g] for g in f} == dict.fromkeys(f, True)
+    rules = {g: c.rollout.rule_values() for g, c in ((c.group, resolve_cell_config(c)) for c in expand_cells(fair))}
+    assert len({tuple(sorted(r.items())) for r in rules.values()}) == 1
+    assert {n: s.model_dump(exclude={"out"}) for n, s in fair.sft.items()} == \
+        {n: paper.sft[n].model_dump(exclude={"out"}) for n in fair.sft}
 
 
 def test_paper_ablations_build_their_sft_and_evaluate_base_rows():
