@@ -28,18 +28,22 @@ CURVE_METRICS = ("reward/mean", "shadow/exact_match", "shadow/error_recall", "sh
 CURVE_COLUMNS = ["group", "metric", "step", "n", "mean", "low", "high"]
 
 
-def metric_history(mlflow_uri: str | None, run_id: str | None, key: str) -> dict[int, float]:
-    """{step: value} of one metric of an MLflow run; a step logged twice (a resumed run re-logs the steps
-    after its last checkpoint) keeps its first value. Empty when the run or the metric is absent."""
-    if not run_id:
-        return {}
+def _client(mlflow_uri: str | None):
     from mlflow.tracking import MlflowClient
 
     from envace.tracking.mlflow_run import resolve_tracking_uri
 
-    uri, _ = resolve_tracking_uri(mlflow_uri)
+    return MlflowClient(tracking_uri=resolve_tracking_uri(mlflow_uri)[0])
+
+
+def metric_history(mlflow_uri: str | None, run_id: str | None, key: str, client: Any = None) -> dict[int, float]:
+    """{step: value} of one metric of an MLflow run; a step logged twice (a resumed run re-logs the steps
+    after its last checkpoint) keeps its first value. Empty when the run or the metric is absent. `client`:
+    an MlflowClient to reuse across calls (default: one for `mlflow_uri`)."""
+    if not run_id:
+        return {}
+    points = (client or _client(mlflow_uri)).get_metric_history(run_id, key)
     by_step: dict[int, float] = {}
-    points = MlflowClient(tracking_uri=uri).get_metric_history(run_id, key)
     for m in sorted(points, key=lambda m: (m.step, m.timestamp)):
         by_step.setdefault(int(m.step), float(m.value))
     return by_step
@@ -69,17 +73,17 @@ def curves_table(histories: Sequence[tuple[str, Mapping[str, Mapping[int, float]
 def sweep_curves(records: Sequence[Mapping[str, Any]], mlflow_uri: str | None,
                  metrics: Sequence[str] = CURVE_METRICS) -> pd.DataFrame:
     """The curves of a sweep's training cells (records as the sweep returns them; eval cells have no steps)."""
+    train = [r for r in records if r.get("kind") == "train" and r.get("mlflow_run_id")]
+    client = _client(mlflow_uri) if train else None
     histories = []
-    for r in records:
-        if r.get("kind") != "train" or not r.get("mlflow_run_id"):
-            continue
-        per_metric = {m: metric_history(mlflow_uri, r["mlflow_run_id"], m) for m in metrics}
+    for r in train:
+        per_metric = {m: metric_history(mlflow_uri, r["mlflow_run_id"], m, client) for m in metrics}
         histories.append((r["group"], {m: h for m, h in per_metric.items() if h}))
     return curves_table(histories)
 
 
 def curves_figure(table: pd.DataFrame, title: str):
-    """One panel per metric, one line per grid point, the 95 % band shaded where there are ≥ 2 seeds."""
+    """One panel per metric, one line per grid point, 95 % error bars where there are ≥ 2 seeds."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
