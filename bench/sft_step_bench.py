@@ -1,5 +1,6 @@
 """The SFT step: a batch's common prefix run once (`share_prefix`, the default) vs one padded forward with
-full logits (the baseline), on the demo's SFT work.
+full logits (the baseline), and at more than one thread the batch in thread shards (`SFTConfig.shards`,
+the default there: one shard per thread, each at one torch thread), on the demo's SFT work.
 
     OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/sft_step_bench.py
     OMP_NUM_THREADS=1 .venv/bin/python bench/sft_step_bench.py --batches 10 --repeats 2   # quick
@@ -8,10 +9,11 @@ full logits (the baseline), on the demo's SFT work.
 Work: the demo's tiny model (`build_model`, 600 corpus tasks, seed 0, built in a temp dir), its SFT samples
 (3,000 tool-world tasks: packed Act conversations and Rehearse calls) and its batches (16 sequences of one
 role, `BatchDrawer`, seed 0); each arm runs the same `--batches` batches as forward + backward + AdamW step
-through `envace.trainers.sft.batch_loss`, `--threads` torch threads (default one; an `envace` command runs
-with OMP_WAIT_POLICY=PASSIVE, which the runtime reads at start-up, so set it outside to time what it runs).
-Arms alternate `--repeats` times; the script prints each repeat's seconds per step, the median ratio, the
-tokens each arm runs per batch, and the largest loss difference between the arms on the first batches
+through `envace.trainers.sft.batch_loss` (the shard arm through `sharded_batch_grads`), `--threads` torch
+threads (default one; an `envace` command runs with OMP_WAIT_POLICY=PASSIVE, which the runtime reads at
+start-up, so set it outside to time what it runs). Arms rotate `--repeats` times; the script prints each
+repeat's seconds per step, the median speed-ups against the padded baseline, the tokens each arm runs per
+batch, and the largest loss difference between the shared-prefix and padded arms on the first batches
 (float32).
 """
 
@@ -43,7 +45,8 @@ def main() -> None:
     from envace.pipeline import build_model
     from envace.trainers.config import SFTConfig
     from envace.trainers.packing import shared_prefix_packs
-    from envace.trainers.sft import BatchDrawer, batch_loss, build_samples
+    from envace.trainers.sft import BatchDrawer, batch_loss, build_samples, sharded_batch_grads
+    from envace.trainers.thread_shards import ShardRunner, one_torch_thread
 
     tmp = Path(tempfile.mkdtemp(prefix="envace-sft-bench-"))
     model_dir = build_model(tmp / "model", 600, TinyModelConfig(seed=0))
@@ -63,24 +66,40 @@ def main() -> None:
                        - float(batch_loss(model, b, tok.pad_token_id, False)[0])) for b in batches[:5])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     model.train()
-    times: dict[bool, list[float]] = {True: [], False: []}
+    runner = ShardRunner(args.threads) if args.threads > 1 else None
+
+    def one_pass(b, share: bool) -> None:
+        loss, _ = batch_loss(model, b, tok.pad_token_id, share)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+
+    def sharded(b) -> None:
+        with one_torch_thread():
+            sharded_batch_grads(model, b, tok.pad_token_id, True, runner)
+
+    arms = {"padded full logits": lambda b: one_pass(b, False), "shared prefix": lambda b: one_pass(b, True)}
+    if runner is not None:
+        arms[f"shared prefix, {args.threads} thread shards"] = sharded
+    names = list(arms)
+    times: dict[str, list[float]] = {n: [] for n in names}
     for rep in range(args.repeats):
-        for share in ((False, True) if rep % 2 == 0 else (True, False)):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
             t = time.perf_counter()
             for b in batches:
-                loss, _ = batch_loss(model, b, tok.pad_token_id, share)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
+                arms[name](b)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
-            times[share].append((time.perf_counter() - t) / len(batches))
-        print(f"repeat {rep}: padded full logits {times[False][-1]:.3f} s/step, "
-              f"shared prefix {times[True][-1]:.3f} s/step")
-    base, new = statistics.median(times[False]), statistics.median(times[True])
+            times[name].append((time.perf_counter() - t) / len(batches))
+        print(f"repeat {rep}: " + ", ".join(f"{n} {times[n][-1]:.3f} s/step" for n in names))
+    if runner is not None:
+        runner.close()
+    base = statistics.median(times["padded full logits"])
     print(f"tokens per batch: padded {padded:.0f}, shared prefix {shared:.0f} "
           f"({len(acts)} Act and {len(rehs)} Rehearse samples); largest loss difference {diff:.1e}")
-    print(f"median s/step: padded full logits {base:.3f}, shared prefix {new:.3f}; speed-up {base / new:.2f}x")
-
+    print(f"median s/step at {args.threads} thread(s), speed-up vs padded full logits (the baseline):")
+    for n in names:
+        med = statistics.median(times[n])
+        print(f"  {n:34s} {med:.3f} s/step  x{base / med:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -20,6 +20,7 @@ its sequences continue it in length-sorted passes, the output layer at target po
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -38,6 +39,7 @@ from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids, render
 from envace.trainers.config import SFTConfig
 from envace.trainers.packing import shared_prefix_packs
 from envace.trainers.prefix_passes import prefix_pass
+from envace.trainers.thread_shards import ShardRunner, balanced_shards, one_torch_thread
 from envace.types import Message, Role, Task, ToolCall
 
 END = "<|im_end|>"
@@ -271,6 +273,33 @@ def batch_loss(model, batch: list[Sample], pad_id: int, share_prefix: bool) -> t
     return nll.sum() / max(len(targets), 1), [by_row[i] for i in range(len(batch))]
 
 
+def loss_tokens(sample: Sample) -> int:
+    """The sample's positions that carry loss (a target at position 0 has no prediction)."""
+    return sum(sample.is_target[1:])
+
+
+def sharded_batch_grads(model, batch: list[Sample], pad_id: int, share_prefix: bool,
+                        runner: ShardRunner) -> tuple[torch.Tensor, list[float]]:
+    """`batch_loss` + backward with the batch cut into `runner.n_threads` shards of similar length, each
+    in its own thread; sets the parameters' `.grad` to the batch's gradient (each shard's token-mean loss
+    weighted by its share of the batch's loss tokens). Returns the batch loss and each sample's own mean."""
+    total = max(sum(loss_tokens(s) for s in batch), 1)
+    row_loss = [0.0] * len(batch)
+
+    def shard_loss(idx: list[int]):
+        def run() -> torch.Tensor:
+            loss, rows = batch_loss(model, [batch[i] for i in idx], pad_id, share_prefix)
+            for i, r in zip(idx, rows):
+                row_loss[i] = r
+            return loss * (sum(loss_tokens(batch[i]) for i in idx) / total)
+        return run
+
+    parts = balanced_shards([len(s.ids) for s in batch], runner.n_threads)
+    params = [p for p in model.parameters() if p.requires_grad]
+    losses = runner.backward(params, [shard_loss(idx) for idx in parts])
+    return sum(losses[1:], losses[0]), row_loss
+
+
 def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
@@ -280,7 +309,7 @@ def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
 
 def sft(cfg: SFTConfig) -> dict:
     """Train and save `<out_dir>/model`. Returns a summary (steps, samples, final losses, wall time)."""
-    apply_thread_policy(cfg.threads)
+    plan = apply_thread_policy(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     device = torch.device(cfg.device) if cfg.device else pick_device()
@@ -294,14 +323,33 @@ def sft(cfg: SFTConfig) -> dict:
     cfg.save_resolved(out)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     draw = BatchDrawer(acts, rehs, cfg, rng)
-    # with a time budget the schedule length is estimated from the first steps' speed
-    total = cfg.steps or 10_000
     t0 = time.perf_counter()
     losses: dict[str, list[float]] = {"act": [], "rehearse": []}
-    step = 0
     model.train()
+    # on CPU, one shard per torch thread by default: each shard in its own thread at one torch thread
+    n_shards = 1 if device.type != "cpu" else min(cfg.shards or plan.threads, cfg.batch_size)
+    with contextlib.ExitStack() as stack:
+        runner = stack.enter_context(ShardRunner(n_shards)) if n_shards > 1 else None
+        if runner is not None:
+            stack.enter_context(one_torch_thread())
+        step = _sft_loop(cfg, model, tok, opt, draw, losses, t0, runner)
+    save_model(model, tok, out / "model")  # quiet, umask file modes
+    tail = lambda xs: sum(xs[-200:]) / max(1, len(xs[-200:]))  # noqa: E731
+    summary = {"steps": step, "act_samples": len(acts), "rehearse_samples": len(rehs),
+               "act_loss": tail(losses["act"]), "rehearse_loss": tail(losses["rehearse"]),
+               "shards": n_shards, "wall_s": time.perf_counter() - t0, "model_dir": str(out / "model")}
+    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _sft_loop(cfg: SFTConfig, model, tok, opt, draw: BatchDrawer, losses: dict[str, list[float]], t0: float,
+              runner: ShardRunner | None) -> int:
+    """The optimizer steps; returns the step count. With a time budget the schedule length is estimated
+    from the first 20 steps' speed."""
     from tqdm.auto import tqdm
 
+    total = cfg.steps or 10_000
+    step = 0
     bar = tqdm(total=cfg.steps, desc="sft", unit="step", disable=not cfg.progress)
     while True:
         elapsed = time.perf_counter() - t0
@@ -315,9 +363,12 @@ def sft(cfg: SFTConfig) -> dict:
         batch = draw()
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, cfg)
-        loss, row_loss = batch_loss(model, batch, tok.pad_token_id, cfg.share_prefix)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if runner is None:
+            loss, row_loss = batch_loss(model, batch, tok.pad_token_id, cfg.share_prefix)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+        else:
+            loss, row_loss = sharded_batch_grads(model, batch, tok.pad_token_id, cfg.share_prefix, runner)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         for s, row_l in zip(batch, row_loss):
@@ -327,10 +378,4 @@ def sft(cfg: SFTConfig) -> dict:
         if step % 25 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     bar.close()
-    save_model(model, tok, out / "model")  # quiet, umask file modes
-    tail = lambda xs: sum(xs[-200:]) / max(1, len(xs[-200:]))  # noqa: E731
-    summary = {"steps": step, "act_samples": len(acts), "rehearse_samples": len(rehs),
-               "act_loss": tail(losses["act"]), "rehearse_loss": tail(losses["rehearse"]),
-               "wall_s": time.perf_counter() - t0, "model_dir": str(out / "model")}
-    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+    return step

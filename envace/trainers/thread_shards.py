@@ -1,0 +1,95 @@
+"""Data-parallel threads inside one CPU process: one optimizer step's batch cut into shards, each shard's
+forward and backward run in its own Python thread at one torch thread, the shards' gradients summed in
+shard order into `param.grad`.
+
+Why: a small model's ops are too short for torch's intra-op threads to pay. Every op of a two-thread team
+ends at a barrier, and under the passive wait policy (envace.cpu_threads) the second thread is woken for
+each one, so the demo's SFT step runs barely faster on two threads than on one. torch releases the GIL
+inside its kernels and its autograd engine, so two shards on two cores overlap almost entirely, as two
+sweep cells side by side do (docs/performance.md, "SFT on two cores: shards in threads").
+
+Equality: each shard's loss is its share of the batch loss (the batch loss is a token mean, so a shard
+whose own token-mean loss is l_i over n_i of the batch's n target tokens contributes l_i * n_i / n), so
+the summed gradients are the batch's gradient up to float rounding of the summation order
+(tests/trainers/test_thread_shards.py, float64). One shard is the plain path, op for op.
+This is not in the paper; it is an execution choice of the embedded CPU trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import torch
+
+
+def balanced_shards(sizes: Sequence[int], n_shards: int) -> list[list[int]]:
+    """Indices 0..len(sizes)-1 cut into at most `n_shards` non-empty shards of similar total size: the
+    largest item first, each to the shard with the least so far (ties to the lowest shard); each shard's
+    indices in ascending order. Deterministic."""
+    if n_shards < 1:
+        raise ValueError(f"n_shards {n_shards} must be >= 1")
+    n = min(n_shards, len(sizes))
+    if n <= 1:
+        return [list(range(len(sizes)))] if sizes else []
+    shards: list[list[int]] = [[] for _ in range(n)]
+    load = [0] * n
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        k = min(range(n), key=lambda k: (load[k], k))
+        shards[k].append(i)
+        load[k] += sizes[i]
+    return [sorted(s) for s in shards]
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch at one intra-op thread inside the block (the shards are the parallelism), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class ShardRunner:
+    """Runs an optimizer step's shard closures in `n_threads` Python threads (a pool kept for the run).
+
+    `backward(params, closures)`: each closure returns its shard's scaled loss (a scalar tensor whose
+    gradients sum to the batch's); the gradients go to `p.grad` (set, not accumulated; None where no
+    shard reaches a parameter), summed in closure order whatever order the threads finish in. Returns the
+    detached losses in closure order. Use inside `one_torch_thread()`."""
+
+    def __init__(self, n_threads: int) -> None:
+        if n_threads < 2:
+            raise ValueError(f"a ShardRunner needs >= 2 threads, got {n_threads}; run one shard inline instead")
+        self.n_threads = n_threads
+        self._pool = ThreadPoolExecutor(n_threads, thread_name_prefix="envace-shard")
+
+    def backward(self, params: Sequence[torch.Tensor], closures: Sequence[Callable[[], torch.Tensor]]
+                 ) -> list[torch.Tensor]:
+        params = list(params)
+
+        def run(closure: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, tuple]:
+            torch.set_num_threads(1)  # this thread's own setting where the OpenMP runtime keeps it per thread
+            loss = closure()
+            return loss.detach(), torch.autograd.grad(loss, params, allow_unused=True)
+
+        results = list(self._pool.map(run, closures))  # map returns in submission order
+        for j, p in enumerate(params):
+            grads = [g[j] for _, g in results if g[j] is not None]
+            total = None
+            for g in grads:
+                total = g if total is None else total + g
+            p.grad = total
+        return [loss for loss, _ in results]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> ShardRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
