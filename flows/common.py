@@ -55,7 +55,14 @@ from envace.sweeps.paired_report import markdown_paired, paired_report
 from envace.sweeps.prepare import SFTSpec, build_sft, parallel_threads
 from envace.sweeps.ray_runner import RunnerKind, cell_resources, ray_task_runner
 from envace.sweeps.results import cells_frame, log_results, markdown_table, summarize, sweep_parent_run, write_results
-from envace.sweeps.world_model import markdown_world_models, prepare_worldbench, world_model_report, write_world_models
+from envace.sweeps.world_model import (
+    gain_tracking,
+    markdown_tracking,
+    markdown_world_models,
+    prepare_worldbench,
+    world_model_report,
+    write_world_models,
+)
 
 CELL_TAG = "envace-cell"
 RESULT_DIR = ".prefect-results"
@@ -247,17 +254,19 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
         }
         paired = paired_report(records)  # per-task paired differences (vs base, vs the reference level)
         summary["paired"] = [{k: _clean(v) for k, v in row.items()} for row in paired.to_dict("records")]
-        world = None
+        world = tracking = None
         if cfg.worldbench is not None:  # task gain vs world-model gain per arm, against its base row
             world = world_model_report(records, n_boot=cfg.worldbench.n_boot)
+            tracking = gain_tracking(records, n_boot=cfg.worldbench.n_boot)
             summary["world_models"] = [{k: _clean(v) for k, v in row.items()} for row in world.to_dict("records")]
+            summary["world_model_tracking"] = {k: _clean(v) for k, v in tracking.items() if k != "points"}
             summary["world_models_csv"] = str(out / "results" / "world_models.csv")
         paths = write_results(out / "results", cells_frame(records, axes), table, summary, cfg.name)
         if not paired.empty:
             paths["paired.csv"] = out / "results" / "paired.csv"
             paired.to_csv(paths["paired.csv"], index=False)
         if world is not None:
-            paths.update(write_world_models(out / "results", world))
+            paths.update(write_world_models(out / "results", world, tracking))
         curves = sweep_curves(records, cfg.resolved_mlflow_uri())  # per-arm training curves, seeds pooled
         if not curves.empty:
             paths.update(write_curves(out / "results", curves, cfg.name))
@@ -276,7 +285,7 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
     create_markdown_artifact(f"## {cfg.name}\n\n{markdown_table(table)}\n\n### Paired per-task differences\n"
                              f"{markdown_paired(paired)}\n\n"
                              + (f"### Task gain vs world-model gain\n{markdown_world_models(world)}\n\n"
-                                if world is not None else "")
+                                f"{markdown_tracking(tracking)}\n\n" if world is not None else "")
                              + (f"### Training curves\n{markdown_curves(curves)}\n\n" if not curves.empty else "")
                              + f"### Failed cells\n{failures}\n",
                              key=f"{key}-summary", description=f"sweep {cfg.name} summary")

@@ -15,7 +15,12 @@ A sweep with a `worldbench:` section (`WorldbenchSpec`):
   the base row of the model it started from, seeds pooled: the task gain (success and reward, the paired
   per-task bootstrap of envace.sweeps.paired_report) and the world-model gain per worldbench source (leaf F1
   and exact match: per transition, the mean over the arm's seeds minus the mean over the base's, then the
-  percentile bootstrap over transitions of worldbench's own scorer, envace.worldbench.score.paired_gain).
+  percentile bootstrap over transitions of worldbench's own scorer, envace.worldbench.score.paired_gain);
+- **tracking** (`gain_tracking`, the table's last line): does a better world model go with a better task
+  score? One point per trained cell: its task success minus its base row's (same seed), and its mean leaf
+  F1 over all scored transitions minus the base's; Spearman's rank correlation over the points with a
+  percentile bootstrap over cells (cells of one arm share a recipe, so the interval is optimistic; it
+  says whether the sign is settled, not more).
 """
 
 from __future__ import annotations
@@ -208,6 +213,63 @@ def world_model_report(records: Sequence[Mapping[str, Any]], *, n_boot: int = 10
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def gain_tracking(records: Sequence[Mapping[str, Any]], *, task_metric: str = "eval/world/success",
+                  wm_metric: str = "leaf_f1", n_boot: int = 10_000, seed: int = 0) -> dict[str, Any]:
+    """Spearman's rho between the task gain and the world-model gain of the trained cells (module docstring):
+    {"points": [{arm, seed, task_gain, wm_gain}], "cells", "rho", "lo", "hi"} (NaN where < 3 cells or a
+    constant axis)."""
+    import numpy as np
+
+    base_of: dict[tuple[str, int], Mapping[str, Any]] = {}
+    for r in records:
+        if r.get("kind") == "eval" and r.get("start_model"):
+            base_of[_model_key(r["start_model"]), int(r["seed"])] = r
+    points = []
+    for r in records:
+        b = base_of.get((_model_key(r.get("start_model")), int(r["seed"]))) if r.get("kind") == "train" else None
+        if b is None or task_metric not in r.get("metrics", {}) or task_metric not in b.get("metrics", {}):
+            continue
+        wa, wb = transition_scores(b), transition_scores(r)
+        if wa is None or wb is None:
+            continue
+        points.append({"arm": r["group"], "seed": int(r["seed"]),
+                       "task_gain": float(r["metrics"][task_metric]) - float(b["metrics"][task_metric]),
+                       "wm_gain": float(wb[wm_metric].mean()) - float(wa[wm_metric].mean())})
+    out: dict[str, Any] = {"points": points, "cells": len(points), "rho": float("nan"), "lo": float("nan"),
+                           "hi": float("nan")}
+    if len(points) < 3:
+        return out
+    x = np.array([p["task_gain"] for p in points])
+    y = np.array([p["wm_gain"] for p in points])
+    out["rho"] = spearman(x, y)
+    rng = np.random.default_rng(seed)
+    boots = [spearman(x[i], y[i]) for i in rng.integers(0, len(points), size=(n_boot, len(points)))]
+    boots = [b for b in boots if b == b]
+    if boots:
+        out["lo"], out["hi"] = (float(v) for v in np.percentile(boots, [2.5, 97.5]))
+    return out
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation (average ranks for ties); NaN when either side is constant."""
+    import pandas as pd
+
+    rx, ry = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    rho = ((rx - rx.mean()) * (ry - ry.mean())).sum() / (len(rx) * rx.std() * ry.std())
+    return float(min(1.0, max(-1.0, rho)))  # rounding can step past +-1
+
+
+def markdown_tracking(tracking: Mapping[str, Any]) -> str:
+    if tracking["cells"] < 3 or tracking["rho"] != tracking["rho"]:
+        return f"Task gain vs world-model gain: {tracking['cells']} trained cells, too few or constant for a rank " \
+               f"correlation."
+    return (f"Task gain vs world-model gain (leaf F1, all sources) over {tracking['cells']} trained cells: "
+            f"Spearman rho {tracking['rho']:+.2f} [{tracking['lo']:+.2f}, {tracking['hi']:+.2f}] "
+            f"(bootstrap over cells).")
+
+
 def _model_key(path: Any) -> str:
     return str(Path(str(path)).resolve()) if path else ""
 
@@ -232,10 +294,21 @@ def markdown_world_models(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_world_models(out_dir: str | Path, table: pd.DataFrame) -> dict[str, Path]:
+def write_world_models(out_dir: str | Path, table: pd.DataFrame,
+                       tracking: Mapping[str, Any] | None = None) -> dict[str, Path]:
+    """results/world_models.csv and .md (the table, then the tracking line) and, with `tracking`, its
+    points as world_model_points.csv."""
+    import pandas as pd
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"world_models.csv": out / "world_models.csv", "world_models.md": out / "world_models.md"}
     table.to_csv(paths["world_models.csv"], index=False)
-    paths["world_models.md"].write_text(markdown_world_models(table) + "\n")
+    text = markdown_world_models(table)
+    if tracking is not None:
+        text += "\n\n" + markdown_tracking(tracking)
+        paths["world_model_points.csv"] = out / "world_model_points.csv"
+        pd.DataFrame(tracking["points"], columns=["arm", "seed", "task_gain", "wm_gain"]).to_csv(
+            paths["world_model_points.csv"], index=False)
+    paths["world_models.md"].write_text(text + "\n")
     return paths

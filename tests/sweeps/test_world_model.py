@@ -9,7 +9,15 @@ import json
 import numpy as np
 import pytest
 
-from envace.sweeps.world_model import WorldbenchSpec, world_model_dir, world_model_report
+from envace.sweeps.world_model import (
+    WorldbenchSpec,
+    gain_tracking,
+    markdown_tracking,
+    spearman,
+    world_model_dir,
+    world_model_report,
+    write_world_models,
+)
 from envace.worldbench.score import paired_gain
 
 IDS = ["w1", "w2", "w3", "b1"]
@@ -86,3 +94,46 @@ def test_world_model_dir_and_data_dir(tmp_path):
     assert world_model_dir(tmp_path / "sft" / "model") == tmp_path / "sft" / "model"
     assert WorldbenchSpec().data_dir("runs/x").as_posix() == "runs/x/worldbench/data"
     assert WorldbenchSpec(data="data/worldbench").data_dir("runs/x").as_posix() == "data/worldbench"
+
+
+def test_spearman_on_hand_ranked_pairs():
+    # ranks (1,2,3,4) vs (1,3,2,4): d^2 = 0+1+1+0, rho = 1 - 6*2 / (4*15) = 0.8
+    assert spearman(np.array([1.0, 2.0, 3.0, 4.0]), np.array([10.0, 30.0, 20.0, 40.0])) == pytest.approx(0.8)
+    # a tie takes the average rank: x ranks (1.5, 1.5, 3) vs (1, 2, 3): cov 1.5/3, sd sqrt(.5) and sqrt(2/3)
+    assert spearman(np.array([1.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0])) == pytest.approx(
+        0.5 / (0.5 ** 0.5 * (2 / 3) ** 0.5))
+    assert spearman(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0])) == pytest.approx(-1.0)
+    assert np.isnan(spearman(np.array([1.0, 1.0, 1.0]), np.array([1.0, 2.0, 3.0])))
+
+
+def test_gain_tracking_pairs_each_cell_with_its_seeds_base_row(tmp_path):
+    sft = tmp_path / "sft"
+
+    def rec(group, kind, seed, leaf, success):
+        r = _record(tmp_path, group, kind, seed, sft, leaf, [0] * 4)
+        r["metrics"] = {"eval/world/success": success}
+        return r
+
+    # leaf F1 values are binary fractions, so the two +0.25 gains tie exactly
+    recs = [rec("variant=base", "eval", 0, [0.0] * 4, 0.50), rec("variant=base", "eval", 1, [0.25] * 4, 0.40),
+            rec("variant=a", "train", 0, [0.5] * 4, 0.60),  # task +0.10, wm +0.5
+            rec("variant=a", "train", 1, [0.5] * 4, 0.45),  # task +0.05, wm +0.25
+            rec("variant=b", "train", 0, [0.25] * 4, 0.52),  # task +0.02, wm +0.25
+            rec("variant=b", "train", 1, [0.0] * 4, 0.40)]  # task 0, wm -0.25
+    t = gain_tracking(recs, n_boot=500)
+    got = {(p["arm"], p["seed"]): (p["task_gain"], p["wm_gain"]) for p in t["points"]}
+    want = {("variant=a", 0): (0.10, 0.5), ("variant=a", 1): (0.05, 0.25), ("variant=b", 0): (0.02, 0.25),
+            ("variant=b", 1): (0.0, -0.25)}
+    assert set(got) == set(want) and t["cells"] == 4
+    for k, (tg, wg) in want.items():
+        assert got[k] == pytest.approx((tg, wg)), k
+    # task ranks (4, 3, 2, 1), wm ranks (4, 2.5, 2.5, 1): Pearson of the ranks
+    rt, rw = np.array([4.0, 3.0, 2.0, 1.0]), np.array([4.0, 2.5, 2.5, 1.0])
+    want_rho = float(np.corrcoef(rt, rw)[0, 1])
+    assert t["rho"] == pytest.approx(want_rho) and -1.0 <= t["lo"] <= t["hi"] <= 1.0
+    assert "Spearman rho +0.95" in markdown_tracking(t) and "4 trained cells" in markdown_tracking(t)
+    paths = write_world_models(tmp_path / "results", world_model_report(recs, n_boot=200), t)
+    assert "Spearman rho" in paths["world_models.md"].read_text()
+    assert paths["world_model_points.csv"].read_text().splitlines()[0] == "arm,seed,task_gain,wm_gain"
+    few = gain_tracking(recs[:3], n_boot=100)
+    assert few["cells"] == 1 and np.isnan(few["rho"]) and "too few" in markdown_tracking(few)
