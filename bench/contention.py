@@ -7,7 +7,8 @@ scenario's timed job alternates steps with its neighbour running and stopped, an
 Work (one process per job, each its own Python; the model is the demo's tiny Qwen3, built once and
 cached under --cache):
 - `sft`: one step of the demo's SFT (16 sequences drawn as `envace.trainers.sft` draws them, forward,
-  masked cross-entropy, backward, clip, AdamW);
+  masked cross-entropy, backward, clip, AdamW), as `envace sft` runs it: at more than one torch thread in
+  one thread shard per torch thread (`SFTConfig.shards`), else in one pass;
 - `rl`: one embedded RL step (`make_engine` generates prompts x k completions at T=1, then
   `envace.trainers.update.policy_update`).
 Neighbours (scenarios):
@@ -89,15 +90,25 @@ class SFTWork:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.draw = BatchDrawer(self.acts, self.rehs, self.cfg, random.Random(0))
         self.model.train()
+        shards = min(self.cfg.shards or torch.get_num_threads(), self.cfg.batch_size)  # as envace.trainers.sft
+        self.runner = None
+        if shards > 1:
+            from envace.trainers.thread_shards import ShardRunner
+
+            self.runner = ShardRunner(shards)
+            torch.set_num_threads(1)  # the shards are the parallelism, as inside `sft`'s loop
 
     def step(self) -> None:
         import torch
 
-        from envace.trainers.sft import batch_loss
+        from envace.trainers.sft import batch_loss, sharded_batch_grads
 
-        loss, _ = batch_loss(self.model, self.draw(), self.tok.pad_token_id, self.cfg.share_prefix)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.runner is None:
+            loss, _ = batch_loss(self.model, self.draw(), self.tok.pad_token_id, self.cfg.share_prefix)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+        else:
+            sharded_batch_grads(self.model, self.draw(), self.tok.pad_token_id, self.cfg.share_prefix, self.runner)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
 
@@ -197,7 +208,8 @@ def run_job(spec: dict) -> None:
         out[phase]["cpu"].append(time.process_time() - c0)
     for pid in pids:
         os.killpg(pid, signal.SIGCONT)
-    Path(result).write_text(json.dumps({**out, "threads": torch.get_num_threads(),
+    runner = getattr(work, "runner", None)  # SFT in thread shards: one thread per shard, one torch thread each
+    Path(result).write_text(json.dumps({**out, "threads": runner.n_threads if runner else torch.get_num_threads(),
                                         "env": {k: os.environ.get(k) for k in THREAD_VARS}}))
 
 
