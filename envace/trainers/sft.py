@@ -15,7 +15,9 @@ token, so the model learns to stop). Each batch holds one role (Act with probabi
 short Rehearse sequences are not padded to long Act ones. Cosine learning rate with warm-up; runs for a step count or a
 wall-clock budget. A batch's common prefix (the system prompt and tools its samples share) runs once and
 its sequences continue it in length-sorted passes, the output layer at target positions only
-(`share_prefix`; the same token-mean loss as one padded full-logits forward).
+(`share_prefix`; the same token-mean loss as one padded full-logits forward). On CPU at more than one
+torch thread a batch runs in thread shards (`shards`, envace.trainers.thread_shards): the same gradient
+up to float rounding, each shard in its own thread at one torch thread.
 """
 
 from __future__ import annotations
