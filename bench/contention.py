@@ -93,7 +93,7 @@ class SFTWork:
         shards = min(self.cfg.shards or torch.get_num_threads(), self.cfg.batch_size)  # as envace.trainers.sft
         self.runner = None
         if shards > 1:
-            from envace.trainers.thread_shards import ShardRunner
+            from envace.thread_shards import ShardRunner
 
             self.runner = ShardRunner(shards)
             torch.set_num_threads(1)  # the shards are the parallelism, as inside `sft`'s loop

@@ -7,11 +7,15 @@ and in either engine, up to float rounding of the logits. Where it saves time: p
 static cache (a prompt repeated in the batch, as a task's K samples are, prefilled once), sampling
 without a vocabulary sort, finished rows dropped in one copy once a quarter of the batch has finished,
 and stop strings checked on a tail window of the decode (a hit is confirmed on the full decode, so the
-stop point is HFEngine's).
+stop point is HFEngine's). On CPU at more than one torch thread a call runs in thread shards
+(envace.thread_shards: the requests cut into one shard per thread, a prompt's copies kept together so
+it is still prefilled once, each shard generated in its own thread at one torch thread); a request's
+result is what it gets alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -19,8 +23,9 @@ import torch
 from envace.engines.base import GenRequest, GenResult, is_greedy, logprob_temperature
 from envace.engines.fast_model import DecoderKernel, KVCache, unsupported_reason
 from envace.engines.fast_sampling import row_uniforms, sample_tokens
-from envace.engines.hf import SEED_RANGE, build_result, generate_in_length_order, stop_token_ids
+from envace.engines.hf import SEED_RANGE, build_result, generate_in_length_order, stop_token_ids, validate_requests
 from envace.models.loading import pick_device
+from envace.thread_shards import ShardRunner, balanced_shards
 
 __all__ = ["FastEngine", "unsupported_reason"]
 
@@ -36,9 +41,11 @@ class FastEngine:
     name = "fast"
 
     def __init__(self, model: Any, tokenizer: Any, device: str | torch.device | None = None,
-                 max_batch: int = 64, prefill_tokens: int = 2048) -> None:
+                 max_batch: int = 64, prefill_tokens: int = 2048, shards: int | None = None) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch {max_batch} must be >= 1")
+        if shards is not None and shards < 1:
+            raise ValueError(f"shards {shards} must be >= 1 (None: one per torch thread on CPU)")
         self.device = torch.device(device) if device is not None else pick_device()
         self.model = model.to(self.device)
         self.kernel = DecoderKernel(self.model)
@@ -50,9 +57,40 @@ class FastEngine:
         if pad is None:
             raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
         self.pad_id = int(pad)
+        self.shards = shards  # None: one per torch thread of the calling process, on CPU
+        self._runner: ShardRunner | None = None
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        return generate_in_length_order(requests, self.max_batch, self._generate_batch)
+        # a prompt asked for several times (a task's K samples) stays in one shard: it is prefilled once
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault(tuple(r.prompt_ids), []).append(i)
+        n = 1 if self.device.type != "cpu" else min(self.shards or torch.get_num_threads(), len(groups))
+        if n <= 1:
+            return generate_in_length_order(requests, self.max_batch, self._generate_batch)
+        validate_requests(requests)  # named by their index in this call, not in a shard
+        # shared state is set here, so the shard threads only read it: the fused weights, the RoPE table and
+        # the seeds of seedless requests (drawn from torch's global generator in request order)
+        self.kernel.refresh()
+        self.kernel.rope_table(max(len(r.prompt_ids) + r.max_new_tokens for r in requests))
+        requests = [r if r.seed is not None else dataclasses.replace(r, seed=int(torch.randint(0, SEED_RANGE, (1,))))
+                    for r in requests]
+        members = list(groups.values())
+        cost = [sum(len(requests[i].prompt_ids) + requests[i].max_new_tokens for i in g) for g in members]
+        parts = [[i for k in part for i in members[k]] for part in balanced_shards(cost, n)]
+        if self._runner is None or self._runner.n_threads != n:
+            if self._runner is not None:
+                self._runner.close()
+            self._runner = ShardRunner(n)
+        # each pool thread sets its own torch threads to one (the setting is per thread), so callers on
+        # several threads never see the process-wide setting change
+        outs = self._runner.map(lambda idx: generate_in_length_order(
+            [requests[i] for i in idx], self.max_batch, self._generate_batch), parts)
+        results: list[GenResult | None] = [None] * len(requests)
+        for idx, out in zip(parts, outs):
+            for i, res in zip(idx, out):
+                results[i] = res
+        return results  # type: ignore[return-value]
 
     @torch.inference_mode()
     def _generate_batch(self, reqs: list[GenRequest]) -> list[GenResult]:

@@ -64,13 +64,7 @@ def generate_in_length_order(requests: list[GenRequest], max_batch: int,
     """Validate `requests`, run them in chunks of `max_batch` sorted by prompt length (longest first), and
     return the results in request order. Rows are independent, so grouping similar lengths only saves
     padding. Shared by every local engine."""
-    for i, r in enumerate(requests):
-        if not r.prompt_ids:
-            raise ValueError(f"request {i} has an empty prompt; pass at least one prompt token")
-        if r.max_new_tokens < 1:
-            raise ValueError(f"request {i} has max_new_tokens={r.max_new_tokens}; it must be >= 1")
-        if not 0.0 < r.top_p <= 1.0:
-            raise ValueError(f"request {i} has top_p={r.top_p}; it must be in (0, 1]")
+    validate_requests(requests)
     order = sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt_ids))
     results: list[GenResult | None] = [None] * len(requests)
     for start in range(0, len(order), max_batch):
@@ -78,6 +72,17 @@ def generate_in_length_order(requests: list[GenRequest], max_batch: int,
         for i, res in zip(chunk, run_batch([requests[i] for i in chunk])):
             results[i] = res
     return results  # type: ignore[return-value]
+
+
+def validate_requests(requests: list[GenRequest]) -> None:
+    """A one-line error naming the first request a local engine cannot run."""
+    for i, r in enumerate(requests):
+        if not r.prompt_ids:
+            raise ValueError(f"request {i} has an empty prompt; pass at least one prompt token")
+        if r.max_new_tokens < 1:
+            raise ValueError(f"request {i} has max_new_tokens={r.max_new_tokens}; it must be >= 1")
+        if not 0.0 < r.top_p <= 1.0:
+            raise ValueError(f"request {i} has top_p={r.top_p}; it must be in (0, 1]")
 
 
 def build_result(tokenizer: Any, stop_ids: set[int], ids: list[int], lps: list[float], finish: str,

@@ -276,7 +276,7 @@ class SFTConfig(BaseConfig):
     shards: int | None = Field(None, ge=1, description="CPU: cut each batch into this many shards, each run "
                                                        "forward and backward in its own Python thread at one "
                                                        "torch thread, gradients summed (the same step up to float "
-                                                       "rounding; envace.trainers.thread_shards). None: one per "
+                                                       "rounding; envace.thread_shards). None: one per "
                                                        "torch thread of this run; 1: the plain single-pass step. "
                                                        "Ignored on GPU.")
     progress: bool = Field(True, description="Show a progress bar.")

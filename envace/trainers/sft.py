@@ -16,7 +16,7 @@ short Rehearse sequences are not padded to long Act ones. Cosine learning rate w
 wall-clock budget. A batch's common prefix (the system prompt and tools its samples share) runs once and
 its sequences continue it in length-sorted passes, the output layer at target positions only
 (`share_prefix`; the same token-mean loss as one padded full-logits forward). On CPU at more than one
-torch thread a batch runs in thread shards (`shards`, envace.trainers.thread_shards): the same gradient
+torch thread a batch runs in thread shards (`shards`, envace.thread_shards): the same gradient
 up to float rounding, each shard in its own thread at one torch thread.
 """
 
@@ -38,10 +38,10 @@ from envace.data.tasks import load_tasks
 from envace.models.loading import load_policy, pick_device, save_model
 from envace.roles.act import act_prompt_ids
 from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids, render_execution_result
+from envace.thread_shards import ShardRunner, balanced_shards, one_torch_thread
 from envace.trainers.config import SFTConfig
 from envace.trainers.packing import shared_prefix_packs
 from envace.trainers.prefix_passes import prefix_pass
-from envace.trainers.thread_shards import ShardRunner, balanced_shards, one_torch_thread
 from envace.types import Message, Role, Task, ToolCall
 
 END = "<|im_end|>"

@@ -333,3 +333,47 @@ def test_positions_past_the_configured_context_match_hf(varied, prompts):
     reqs = [GenRequest(long_prompt, temperature=0.0, max_new_tokens=6, seed=0),
             GenRequest(prompts[0], temperature=1.0, max_new_tokens=6, seed=1)]
     same_results(fast.generate(reqs), hf.generate(reqs), lp_tol=1e-4)
+
+
+def test_thread_shards_give_each_request_what_it_gets_unsharded(varied, prompts, monkeypatch):
+    """On CPU at several threads a call is cut into thread shards: every request's tokens and log-probs are
+    the one-shard call's, a prompt's copies stay in one shard (prefilled once), the shards run in pool
+    threads, and seedless requests are reproducible under torch.manual_seed."""
+    import threading
+
+    fast, _ = varied
+    reqs = [GenRequest(prompts[i], temperature=t, top_p=tp, max_new_tokens=m, seed=s, stop=stop)
+            for i, t, tp, m, s, stop in [(1, 1.0, 1.0, 12, 1, []), (3, 1.0, 1.0, 9, 2, []), (1, 1.0, 1.0, 12, 3, []),
+                                         (1, 0.0, 1.0, 12, 0, []), (3, 0.8, 0.9, 9, 4, []), (4, 1.0, 1.0, 5, 5, []),
+                                         (0, 1.2, 1.0, 16, 6, list(ACT_STOP)), (2, 1.0, 1.0, 7, 7, [])]]
+    one = FastEngine(fast.model, fast.tokenizer, device="cpu", shards=1).generate(reqs)
+    sharded = FastEngine(fast.model, fast.tokenizer, device="cpu", shards=3)
+    prefilled: list[tuple[str, tuple[int, ...]]] = []
+    real = sharded.kernel.prefill
+
+    def spy(cache, rows, chunk, width):
+        prefilled.extend((threading.current_thread().name, tuple(p)) for p in chunk)
+        return real(cache, rows, chunk, width)
+
+    monkeypatch.setattr(sharded.kernel, "prefill", spy)
+    same_results(sharded.generate(reqs), one)
+    assert sorted(p for _, p in prefilled) == sorted({tuple(r.prompt_ids) for r in reqs})  # each prompt once
+    # every shard ran in the pool (a pool thread that finished early may take the next shard too)
+    assert all(name.startswith("envace-shard") for name, _ in prefilled)
+    seedless = [GenRequest(r.prompt_ids, temperature=1.0, max_new_tokens=8) for r in reqs]
+    torch.manual_seed(11)
+    first = sharded.generate(seedless)
+    torch.manual_seed(11)
+    assert [r.token_ids for r in sharded.generate(seedless)] == [r.token_ids for r in first]
+    with pytest.raises(ValueError, match="request 5 has max_new_tokens=0"):  # named by its index in the call
+        sharded.generate([*reqs[:5], GenRequest(prompts[0], max_new_tokens=0)])
+    with pytest.raises(ValueError, match="shards 0"):
+        FastEngine(fast.model, fast.tokenizer, device="cpu", shards=0)
+
+
+def test_one_thread_means_one_shard(varied, prompts, monkeypatch):
+    fast, _ = varied
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(fast, "_runner", None)
+    fast.generate([GenRequest(p, temperature=0.0, max_new_tokens=3) for p in prompts])
+    assert fast._runner is None  # no pool was started: the call ran inline

@@ -11,10 +11,10 @@ import torch
 
 from envace.data.config import DataConfig
 from envace.models.loading import load_policy
+from envace.thread_shards import ShardRunner, balanced_shards, one_torch_thread
 from envace.trainers import sft as sft_module
 from envace.trainers.config import SFTConfig
 from envace.trainers.sft import batch_loss, build_samples, loss_tokens, sft, sharded_batch_grads
-from envace.trainers.thread_shards import ShardRunner, balanced_shards, one_torch_thread
 from envace.worlds.generator import generate_tasks
 
 

@@ -1,6 +1,7 @@
-"""Data-parallel threads inside one CPU process: one optimizer step's batch cut into shards, each shard's
-forward and backward run in its own Python thread at one torch thread, the shards' gradients summed in
-shard order into `param.grad`.
+"""Data-parallel threads inside one CPU process: a batch cut into shards, each shard run in its own Python
+thread at one torch thread. Two users: an SFT step (envace.trainers.sft: each shard's forward and
+backward, the shards' gradients summed in shard order into `param.grad`) and a generation call
+(envace.engines.fast: each shard's requests generated on their own, the results put back in order).
 
 Why: a small model's ops are too short for torch's intra-op threads to pay. Every op of a two-thread team
 ends at a barrier, and under the passive wait policy (envace.cpu_threads) the second thread is woken for
@@ -8,11 +9,12 @@ each one, so the demo's SFT step runs barely faster on two threads than on one. 
 inside its kernels and its autograd engine, so two shards on two cores overlap almost entirely, as two
 sweep cells side by side do (docs/performance.md, "SFT on two cores: shards in threads").
 
-Equality: each shard's loss is its share of the batch loss (the batch loss is a token mean, so a shard
+Equality (SFT): each shard's loss is its share of the batch loss (the batch loss is a token mean, so a shard
 whose own token-mean loss is l_i over n_i of the batch's n target tokens contributes l_i * n_i / n), so
 the summed gradients are the batch's gradient up to float rounding of the summation order
 (tests/trainers/test_thread_shards.py, float64). One shard is the plain path, op for op.
-This is not in the paper; it is an execution choice of the embedded CPU trainer.
+A generation shard gives each request what it gets alone or in any batch (the fast engine's contract).
+This is not in the paper; it is an execution choice of the embedded CPU backend.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def balanced_shards(sizes: Sequence[int], n_shards: int) -> list[list[int]]:
@@ -54,18 +60,28 @@ def one_torch_thread() -> Iterator[None]:
 
 
 class ShardRunner:
-    """Runs an optimizer step's shard closures in `n_threads` Python threads (a pool kept for the run).
+    """Runs shards in `n_threads` Python threads (a pool kept for the run).
 
-    `backward(params, closures)`: each closure returns its shard's scaled loss (a scalar tensor whose
-    gradients sum to the batch's); the gradients go to `p.grad` (set, not accumulated; None where no
-    shard reaches a parameter), summed in closure order whatever order the threads finish in. Returns the
-    detached losses in closure order. Use inside `one_torch_thread()`."""
+    `map(fn, items)`: fn over the items in the threads, results in item order. `backward(params,
+    closures)`: each closure returns its shard's scaled loss (a scalar tensor whose gradients sum to the
+    batch's); the gradients go to `p.grad` (set, not accumulated; None where no shard reaches a
+    parameter), summed in closure order whatever order the threads finish in. Returns the detached losses
+    in closure order. Each pool thread sets its own torch threads to one (torch keeps the setting per
+    thread); `one_torch_thread()` around the step also puts the caller's own work at one."""
 
     def __init__(self, n_threads: int) -> None:
         if n_threads < 2:
             raise ValueError(f"a ShardRunner needs >= 2 threads, got {n_threads}; run one shard inline instead")
         self.n_threads = n_threads
         self._pool = ThreadPoolExecutor(n_threads, thread_name_prefix="envace-shard")
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """fn(item) for every item, each call in a pool thread at one torch thread; results in item order."""
+        def run(item: T) -> R:
+            torch.set_num_threads(1)
+            return fn(item)
+
+        return list(self._pool.map(run, items))
 
     def backward(self, params: Sequence[torch.Tensor], closures: Sequence[Callable[[], torch.Tensor]]
                  ) -> list[torch.Tensor]:
