@@ -9,7 +9,9 @@ Work: `--rows` prompts of ~`--prompt-tokens` tokens (lengths vary +-10 %), `--ne
 T = 1, top_p = 1, one torch thread, on the project's tiny model built in a temp dir by
 `envace.models.tiny.init_tiny_model` (random weights; the speed does not depend on them), or the model in
 `--model-dir` (any local HF dir, e.g. SmolLM2-135M; prompts are cut from the same tool-world text in its
-tokenizer); `--arms` leaves arms out (model.generate, the baseline, always runs). Every arm is
+tokenizer); `--arms` leaves arms out (model.generate, the baseline, always runs). At `--threads` > 1 the
+fast engine runs in thread shards (its default there: one shard per thread, each at one torch thread) and
+the arm `fast, 1 shard` runs it as one batch at all the threads. Every arm is
 forced to produce exactly `--new` tokens (end-of-sequence ids disabled) so all do the same work. Arms
 run interleaved (rotating order) `--repeats` times; the medians are compared in the same run.
 
@@ -121,9 +123,10 @@ def main() -> None:
         model, tok, corpus = build_model(Path(tmp), args.model_dir)
     prompts = make_prompts(tok, corpus, args.rows, args.prompt_tokens)
     reqs = [GenRequest(p, temperature=1.0, max_new_tokens=args.new, seed=i) for i, p in enumerate(prompts)]
-    fast = FastEngine(model, tok, device="cpu") if "fast" in args.arms else None
+    fast = FastEngine(model, tok, device="cpu") if "fast" in args.arms else None  # thread shards at > 1 thread
+    one_pass = FastEngine(model, tok, device="cpu", shards=1) if "fast" in args.arms and args.threads > 1 else None
     hf = HFEngine(model, tok, device="cpu")
-    for engine in (fast, hf):  # same work in every arm: exactly --new tokens per row
+    for engine in (fast, one_pass, hf):  # same work in every arm: exactly --new tokens per row
         if engine is not None:
             engine.stop_ids = set()
 
@@ -136,6 +139,9 @@ def main() -> None:
     def run_fast() -> int:
         return sum(len(r.token_ids) for r in fast.generate(reqs))
 
+    def run_one_pass() -> int:
+        return sum(len(r.token_ids) for r in one_pass.generate(reqs))
+
     def run_hf() -> int:
         return sum(len(r.token_ids) for r in hf.generate(reqs))
 
@@ -146,9 +152,9 @@ def main() -> None:
                              pad_token_id=tok.pad_token_id)
         return (out.shape[1] - width) * out.shape[0]
 
-    arms = {"fast engine": run_fast, "HFEngine": run_hf, "model.generate": run_generate}
+    arms = {"fast engine": run_fast, "fast, 1 shard": run_one_pass, "HFEngine": run_hf, "model.generate": run_generate}
     arms = {k: v for k, v in arms.items() if {"fast engine": "fast", "HFEngine": "hf"}.get(k, "base") in
-            [*args.arms, "base"]}
+            [*args.arms, "base"] and (k != "fast, 1 shard" or one_pass is not None)}
     for fn in arms.values():  # warm-up, untimed
         fn()
     clocks = {"wall": time.perf_counter, "cpu": time.process_time}
