@@ -28,10 +28,16 @@ stream when there are several mini-batches, so the policy rows' order is unchang
 adds `echo_coef` x the token-mean NLL (temperature 1) over its chunk's echo tokens to the policy loss.
 They appear in no policy-loss denominator, role metric or noise-scale estimate; with per-role clipping
 their gradient is part of the Rehearse role's. With `echo_coef` = 0 (or no echo rows) none of this runs.
+
+On CPU at more than one torch thread (`shards`, default one per thread) an optimizer step's micro-batches
+run that many at a time in thread shards (envace.thread_shards), each forward and backward in its own thread
+at one torch thread; their gradients are added in micro-batch order, so every reading above (the running
+gradient sums of per-role clipping and noise tracking included) is the one-at-a-time step's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from collections import defaultdict
@@ -41,6 +47,7 @@ import torch
 
 from envace.algos import POLICY_LOSSES, aggregate, kl_penalty
 from envace.engines.logprobs import prefix_supported
+from envace.thread_shards import ShardRunner
 from envace.trainers.config import AlgoConfig
 from envace.trainers.noise_scale import NoiseAccumulator, split_half
 from envace.trainers.packing import (
@@ -71,6 +78,22 @@ class StepStats:
     metrics: dict[str, float]  # the loss function's metrics, token-weighted over the mini-batch
     echo_nll: float | None = None  # token-mean NLL of the step's echo rows (None: none this step)
     echo_tokens: int = 0
+
+
+@dataclass
+class _MicroOut:
+    """One micro-batch's loss (attached, scaled by its share) and its detached bookkeeping."""
+
+    scaled: torch.Tensor
+    loss: float
+    share: float
+    tokens: int
+    role: str
+    prompts: set[int]
+    lm: dict[str, float]
+    entropy: float  # summed over loss tokens
+    logprob: float
+    kl: float | None
 
 
 @dataclass
@@ -114,8 +137,10 @@ def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
 
 class _Updater:
     def __init__(self, model, optimizer, rows, algo: AlgoConfig, pad_id, micro_batch, max_tokens, grad_clip, ref,
-                 full_logits, seed: int = 0, clip_per_role: bool = False, echo_rows=None, echo_coef: float = 0.0):
+                 full_logits, seed: int = 0, clip_per_role: bool = False, echo_rows=None, echo_coef: float = 0.0,
+                 runner: ShardRunner | None = None):
         self.model, self.optimizer, self.rows, self.algo = model, optimizer, rows, algo
+        self.runner = runner
         self.echo_rows, self.echo_coef = echo_rows or [], echo_coef
         self.pad_id, self.micro_batch, self.max_tokens, self.grad_clip, self.ref = (pad_id, micro_batch, max_tokens,
                                                                                     grad_clip, ref)
@@ -159,41 +184,20 @@ class _Updater:
         role_grad: dict[str, torch.Tensor] = {}  # clip_per_role: each role's summed gradient
         total_loss = 0.0
         step_sums: dict[str, float] = defaultdict(float)
-        for half, mb in mbs:
-            if epoch == 0:
-                self.forward_tokens += padded_tokens(mb, self.max_tokens)
-            out = packed_logprobs(self.model, mb, self.rows, self.pad_id, with_entropy=True, max_tokens=self.max_tokens,
-                                  entropy_grad=algo.entropy_coef > 0, full_logits=self.full_logits)
-            logp, mask, ent = out.logprobs, out.mask.to(out.logprobs.dtype), out.entropy
-            rows = [self.rows[r] for r in out.rows]
-            old = _pad([r.old_logprobs for r in rows], logp.shape[1], logp.dtype, self.device)
-            adv = torch.tensor([r.advantage for r in rows], dtype=logp.dtype, device=self.device)
-            loss, lm = self.loss_fn(logp, old, adv, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
-                                    dual_clip_c=algo.dual_clip_c, agg=algo.agg)
-            kl = None
-            if self.ref is not None:
-                ref_lp = _pad([self.ref[r] for r in out.rows], logp.shape[1], logp.dtype, self.device)
-                kl = kl_penalty(logp, ref_lp, kind=algo.kl_kind)
-                loss = loss + algo.kl_coef * aggregate(kl, mask, algo.agg)
-            if algo.entropy_coef > 0:
-                loss = loss - algo.entropy_coef * aggregate(ent, mask, algo.agg)
-            tokens = int(mask.sum().item())
-            share = tokens / n_tok if algo.agg == "token-mean" else len(rows) / n_rows
-            (loss * share).backward()
-            total_loss += float(loss.item()) * share
-            role = mb[0].role.value
+        for half, out in self._run_micro_batches(mbs, epoch, n_tok, n_rows):
+            total_loss += out.loss * out.share
+            role, tokens = out.role, out.tokens
             s = self.sums[role]
             for k in LOSS_METRICS:
-                s[k] += lm[k] * tokens
-                step_sums[k] += lm[k] * tokens
+                s[k] += out.lm[k] * tokens
+                step_sums[k] += out.lm[k] * tokens
             s["weight"] += tokens
             if epoch == 0:
                 s["tokens"] += tokens
-            with torch.no_grad():
-                s["entropy"] += float((ent * mask).sum())
-                s["logprob"] += float((logp * mask).sum())
-                if kl is not None:
-                    s["kl"] += float((kl * mask).sum())
+            s["entropy"] += out.entropy
+            s["logprob"] += out.logprob
+            if out.kl is not None:
+                s["kl"] += out.kl
             if track or self.clip_per_role:
                 flat = _flat_grad(self.params)
                 delta = flat if prev is None else flat - prev
@@ -203,8 +207,8 @@ class _Updater:
             if track:
                 for key in ((role, half), ("all", half)):
                     half_grad[key] = delta if key not in half_grad else half_grad[key] + delta
-                    half_share[key] += share
-                    half_prompts[key].update(r.prompt_index for r in rows)
+                    half_share[key] += out.share
+                    half_prompts[key].update(out.prompts)
         echo_nll = None
         echo_tok = sum(p.loss_tokens for p in echo or [])
         if echo_tok:
@@ -230,6 +234,59 @@ class _Updater:
         return StepStats(epoch=epoch, mini_batch=index, loss=total_loss, grad_norm=grad_norm, rows=n_rows,
                          tokens=n_tok, metrics={k: v / max(n_tok, 1) for k, v in step_sums.items()},
                          echo_nll=echo_nll, echo_tokens=echo_tok)
+
+    def _forward(self, mb: list[Pack], n_tok: int, n_rows: int) -> _MicroOut:
+        """One micro-batch's forward and loss (scaled by its share of the mini-batch, still attached)."""
+        algo = self.algo
+        out = packed_logprobs(self.model, mb, self.rows, self.pad_id, with_entropy=True, max_tokens=self.max_tokens,
+                              entropy_grad=algo.entropy_coef > 0, full_logits=self.full_logits)
+        logp, mask, ent = out.logprobs, out.mask.to(out.logprobs.dtype), out.entropy
+        rows = [self.rows[r] for r in out.rows]
+        old = _pad([r.old_logprobs for r in rows], logp.shape[1], logp.dtype, self.device)
+        adv = torch.tensor([r.advantage for r in rows], dtype=logp.dtype, device=self.device)
+        loss, lm = self.loss_fn(logp, old, adv, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+                                dual_clip_c=algo.dual_clip_c, agg=algo.agg)
+        kl = None
+        if self.ref is not None:
+            ref_lp = _pad([self.ref[r] for r in out.rows], logp.shape[1], logp.dtype, self.device)
+            kl = kl_penalty(logp, ref_lp, kind=algo.kl_kind)
+            loss = loss + algo.kl_coef * aggregate(kl, mask, algo.agg)
+        if algo.entropy_coef > 0:
+            loss = loss - algo.entropy_coef * aggregate(ent, mask, algo.agg)
+        tokens = int(mask.sum().item())
+        share = tokens / n_tok if algo.agg == "token-mean" else len(rows) / n_rows
+        scaled = loss * share
+        with torch.no_grad():
+            return _MicroOut(scaled=scaled, loss=float(loss.item()), share=share, tokens=tokens,
+                             role=mb[0].role.value, prompts={r.prompt_index for r in rows}, lm=lm,
+                             entropy=float((ent * mask).sum()), logprob=float((logp * mask).sum()),
+                             kl=float((kl * mask).sum()) if kl is not None else None)
+
+    def _run_micro_batches(self, mbs: list[tuple[int, list[Pack]]], epoch: int, n_tok: int, n_rows: int):
+        """Yield (half, the micro-batch's _MicroOut) in order, each micro-batch's gradient already added to
+        `.grad` (so a reader sees the running sum, as after its own backward). With a shard runner, the
+        micro-batches run `n_threads` at a time, forward and backward each in its own thread; their
+        gradients are added in micro-batch order."""
+        for i in range(0, len(mbs), self.runner.n_threads if self.runner else 1):
+            chunk = mbs[i:i + self.runner.n_threads] if self.runner else mbs[i:i + 1]
+            if epoch == 0:
+                self.forward_tokens += sum(padded_tokens(mb, self.max_tokens) for _, mb in chunk)
+            if self.runner is None or len(chunk) == 1:
+                (half, mb), = chunk
+                out = self._forward(mb, n_tok, n_rows)
+                out.scaled.backward()
+                yield half, out
+                continue
+
+            def forward_backward(mb: list[Pack]) -> tuple[_MicroOut, tuple]:
+                out = self._forward(mb, n_tok, n_rows)
+                return out, torch.autograd.grad(out.scaled, self.params, allow_unused=True)
+
+            for (half, _), (out, grads) in zip(chunk, self.runner.map(forward_backward, [mb for _, mb in chunk])):
+                for p, g in zip(self.params, grads):
+                    if g is not None:
+                        p.grad = g if p.grad is None else p.grad + g
+                yield half, out
 
     def _echo(self, packs: list[Pack], n_tok: int) -> float:
         """Backward of echo_coef x token-mean NLL over `packs` (accumulated into the step's gradient); the NLL."""
@@ -289,12 +346,13 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
                   algo: AlgoConfig, *, pad_id: int, micro_batch: int, grad_clip: float,
                   ref_model: torch.nn.Module | None = None, seed: int = 0, max_tokens: int | None = None,
                   full_logits: bool = False, clip_per_role: bool = False, echo_rows: list[TrainRow] | None = None,
-                  echo_coef: float = 0.0) -> UpdateResult:
+                  echo_coef: float = 0.0, shards: int | None = None) -> UpdateResult:
     """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps on `rows` (a forward takes at most
     `micro_batch` sequences and `max_tokens` padded tokens). `seed` orders the mini-batches; `full_logits`
     forces the reference full-vocabulary head. Rows whose reward is NaN (unscored) are not trained on.
     `clip_per_role`: each role's gradient is clipped to `grad_clip` on its own before they are added.
-    `echo_rows` with `echo_coef` > 0: supervised Rehearse rows whose token-mean NLL is added (module docstring)."""
+    `echo_rows` with `echo_coef` > 0: supervised Rehearse rows whose token-mean NLL is added (module docstring).
+    `shards`: micro-batches run this many at a time in thread shards (CPU only; None: one per torch thread)."""
     model.train()
     rows = [r for r in rows if not math.isnan(r.reward)]  # unscored: out of every denominator
     mode = PackMode(algo.pack)
@@ -311,8 +369,31 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
     ref = None
     if algo.use_kl and ref_model is not None:
         ref = _reference_logprobs(ref_model, packs, rows, pad_id, micro_batch, max_tokens, full_logits)
-    upd = _Updater(model, optimizer, rows, algo, pad_id, micro_batch, max_tokens, grad_clip, ref, full_logits, seed,
-                   clip_per_role, echo_rows, echo_coef)
+    device = next(model.parameters()).device
+    n_shards = 1 if device.type != "cpu" else (shards or torch.get_num_threads())
+    with contextlib.ExitStack() as stack:
+        runner = stack.enter_context(ShardRunner(n_shards)) if n_shards > 1 else None
+        upd = _Updater(model, optimizer, rows, algo, pad_id, micro_batch, max_tokens, grad_clip, ref, full_logits,
+                       seed, clip_per_role, echo_rows, echo_coef, runner)
+        steps = _optimizer_steps(upd, packs, echo_packs, algo, seed)
+    n_rows = sum(len(p.segments) for p in packs)
+    metrics = {"optimizer_steps": float(len(steps)), "forward_tokens": float(upd.forward_tokens),
+               "loss_tokens": float(sum(p.loss_tokens for p in packs)),
+               "packed_rows_per_seq": n_rows / len(packs) if packs else 0.0, **upd.noise.summary()}
+    echo_steps = [s for s in steps if s.echo_nll is not None and s.epoch == 0]
+    if echo_steps:  # first epoch: the NLL before the update moved the model
+        tok = sum(s.echo_tokens for s in echo_steps)
+        metrics["echo_nll"] = sum(s.echo_nll * s.echo_tokens for s in echo_steps) / tok
+        metrics["echo_tokens"] = float(tok)
+        metrics["echo_rows"] = float(len(echo_rows))
+    return UpdateResult(loss=sum(s.loss for s in steps) / len(steps),
+                        grad_norm=sum(s.grad_norm for s in steps) / len(steps),
+                        role_metrics=upd.role_metrics(), metrics=metrics, steps=steps)
+
+
+def _optimizer_steps(upd: _Updater, packs: list[Pack], echo_packs: list[Pack], algo: AlgoConfig,
+                     seed: int) -> list[StepStats]:
+    """Epochs x mini-batches: one `_Updater.step` each, mini-batch order seeded."""
     rng = random.Random(seed)
     echo_rng = random.Random(f"{seed}|echo")  # its own stream: the policy rows' mini-batch order is unchanged
     steps: list[StepStats] = []
@@ -327,19 +408,7 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
         echo_chunks = split_mini_batches(echo_order, len(minis)) if echo_order else []
         for index, mini in enumerate(minis):
             steps.append(upd.step(mini, epoch, index, echo_chunks[index] if index < len(echo_chunks) else None))
-    n_rows = sum(len(p.segments) for p in packs)
-    metrics = {"optimizer_steps": float(len(steps)), "forward_tokens": float(upd.forward_tokens),
-               "loss_tokens": float(sum(p.loss_tokens for p in packs)),
-               "packed_rows_per_seq": n_rows / len(packs) if packs else 0.0, **upd.noise.summary()}
-    echo_steps = [s for s in steps if s.echo_nll is not None and s.epoch == 0]
-    if echo_steps:  # first epoch: the NLL before the update moved the model
-        tok = sum(s.echo_tokens for s in echo_steps)
-        metrics["echo_nll"] = sum(s.echo_nll * s.echo_tokens for s in echo_steps) / tok
-        metrics["echo_tokens"] = float(tok)
-        metrics["echo_rows"] = float(len(echo_rows))
-    return UpdateResult(loss=sum(s.loss for s in steps) / len(steps),
-                        grad_norm=sum(s.grad_norm for s in steps) / len(steps),
-                        role_metrics=upd.role_metrics(), metrics=metrics, steps=steps)
+    return steps
 
 
 def role_rows(rows: list[TrainRow], role: Role) -> list[TrainRow]:

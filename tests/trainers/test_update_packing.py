@@ -383,3 +383,35 @@ def test_branch_chunks_minimise_padding_plus_pass_cost_by_hand():
     assert branch_chunks([], pass_cost=5) == []
     # a token cap: no run over 12 padded tokens unless one branch alone is longer
     assert branch_chunks([20, 6, 6], pass_cost=100, max_tokens=12) == [[0], [1, 2]]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_thread_shards_give_the_one_thread_update(model64, case, monkeypatch):
+    """Micro-batches two at a time in thread shards: the same gradient, loss, per-role metrics and noise-scale
+    and per-role clipping bookkeeping as running them one after the other (float64)."""
+    algo = AlgoConfig(**CASES[case], grad_noise_scale=True)
+    rows = with_old_logprobs(model64, chained_rows(model64.config.vocab_size, seed=1), seed=2)
+    ref = copy.deepcopy(model64) if algo.use_kl else None
+    if ref is not None:
+        with torch.no_grad():
+            for p in ref.parameters():
+                p.add_(0.01)
+    from envace.thread_shards import ShardRunner
+
+    paired: list[int] = []
+    real_map = ShardRunner.map
+    monkeypatch.setattr(ShardRunner, "map",
+                        lambda self, fn, items: paired.append(len(items)) or real_map(self, fn, items))
+    for kw in ({}, {"clip_per_role": True}):
+        one, g1 = _grads_by_sgd(model64, rows, algo, micro_batch=2, ref=ref, shards=1, **kw)
+        assert not paired
+        two, g2 = _grads_by_sgd(model64, rows, algo, micro_batch=2, ref=ref, shards=2, **kw)
+        assert paired and set(paired) <= {1, 2} and 2 in paired  # micro-batches did run in pairs
+        paired.clear()
+        assert len(one.steps) == len(two.steps) and one.metrics["forward_tokens"] == two.metrics["forward_tokens"]
+        assert two.loss == pytest.approx(one.loss, abs=1e-12) and two.grad_norm == pytest.approx(one.grad_norm, 1e-12)
+        for role, m in one.role_metrics.items():
+            assert two.role_metrics[role] == pytest.approx(m, abs=1e-12, nan_ok=True), role
+        assert {k: v for k, v in two.metrics.items()} == pytest.approx(one.metrics, abs=1e-12, nan_ok=True)
+        for a, b in zip(g1, g2):
+            torch.testing.assert_close(b, a, atol=1e-12, rtol=1e-10)
