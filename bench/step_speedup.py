@@ -1,5 +1,6 @@
 """An embedded RL step, old code vs new code, on the same work: an `envace.yaml` rehearse-mode step and a
-`grpo_env.yaml` env-mode step (configs/train/), same model, same seeds, one torch thread.
+`grpo_env.yaml` env-mode step (configs/train/), same model, same seeds, one torch thread (`--threads N`: N in both arms, with the passive OpenMP wait
+policy an envace command sets).
 
 Baseline: commit 493d05d (before the fast engine and the packed update), checked out with `git worktree
 add` under /tmp and run in a subprocess with its own PYTHONPATH; the new arm is another worktree of the
@@ -18,6 +19,7 @@ rollout keeps the old defaults (rehearse_style=compact; invalid Act calls end a 
 and are observed in env mode), since the new defaults change what a step generates and trains on.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/step_speedup.py [--steps 3] [--repeats 2] [--prompts 8 --k 4]
+    .venv/bin/python bench/step_speedup.py --old e519643 --threads 2   # both arms at 2 threads (passive wait)
 """
 
 from __future__ import annotations
@@ -77,9 +79,10 @@ import json, sys, time
 from pathlib import Path
 import torch
 tree, cfg_path, out_dir, overrides = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+threads = int(sys.argv[5])
 import envace
 assert Path(envace.__file__).resolve().is_relative_to(Path(tree).resolve()), envace.__file__
-torch.set_num_threads(1)
+torch.set_num_threads(threads)
 from envace.config import load_config
 from envace.trainers.config import TrainConfig
 import envace.trainers.embedded as emb
@@ -108,12 +111,14 @@ print("RESULT " + json.dumps(steps))
 def run_arm(tree: Path, config: str, model: Path, args, tag: str) -> list[dict]:
     out = CACHE / "runs" / f"{tag}_{time.time_ns()}"
     overrides = [f"model={model}", f"steps={args.steps}", f"prompts_per_step={args.prompts}", f"k={args.k}",
-                 "threads=1", "progress=false", "tracking.enabled=false", f"save_every={args.steps + 1}",
+                 f"threads={args.threads}", "progress=false", "tracking.enabled=false", f"save_every={args.steps + 1}",
                  f"seed={args.seed}"]
-    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(args.threads),
+           "MKL_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false",
+           "OMP_WAIT_POLICY": "PASSIVE"}  # as an envace command runs (envace.cpu_threads)
     proc = subprocess.run([sys.executable, "-c", WORKER, str(tree), str(tree / config), str(out),
-                           json.dumps(overrides)], cwd=tree, env=env, capture_output=True, text=True)
+                           json.dumps(overrides), str(args.threads)], cwd=tree, env=env, capture_output=True,
+                          text=True)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not lines:
         raise RuntimeError(f"{tag} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -132,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=8, help="prompts_per_step (configs: 8).")
     ap.add_argument("--k", type=int, default=4, help="Trajectories per prompt (configs: 4).")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of both arms (the new code runs thread "
+                                                          "shards at more than one).")
     ap.add_argument("--sft-steps", type=int, default=300, help="SFT steps of the cached start model.")
     ap.add_argument("--old", default=OLD_REV, help="Baseline commit.")
     ap.add_argument("--new", default="HEAD", help="New commit, or '.' for the working tree.")
@@ -140,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     model = _sft_model(args.sft_steps)
     trees = {"old": _worktree(args.old), "new": ROOT if args.new == "." else _worktree(args.new)}
     print(f"# old = {args.old} ({trees['old']}), new = {args.new} ({trees['new']}); model {model}; "
-          f"{args.prompts} prompts x K={args.k}, {args.steps} steps/run, 1 thread", flush=True)
+          f"{args.prompts} prompts x K={args.k}, {args.steps} steps/run, {args.threads} thread(s)", flush=True)
     summary = {}
     for name in args.configs:
         runs: dict[str, list[list[dict]]] = {"old": [], "new": []}
