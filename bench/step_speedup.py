@@ -1,6 +1,6 @@
 """An embedded RL step, old code vs new code, on the same work: an `envace.yaml` rehearse-mode step and a
-`grpo_env.yaml` env-mode step (configs/train/), same model, same seeds, one torch thread (`--threads N`: N in both arms, with the passive OpenMP wait
-policy an envace command sets).
+`grpo_env.yaml` env-mode step (configs/train/), same model, same seeds, one torch thread (`--threads N`:
+N in both arms, with the passive OpenMP wait policy an envace command sets).
 
 Baseline: commit 493d05d (before the fast engine and the packed update), checked out with `git worktree
 add` under /tmp and run in a subprocess with its own PYTHONPATH; the new arm is another worktree of the
