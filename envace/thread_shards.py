@@ -1,6 +1,7 @@
 """Data-parallel threads inside one CPU process: a batch cut into shards, each shard run in its own Python
 thread at one torch thread. Two users: an SFT step (envace.trainers.sft: each shard's forward and
-backward, the shards' gradients summed in shard order into `param.grad`) and a generation call
+backward, the shards' gradients summed in shard order into `param.grad`; the same for a policy update's
+micro-batches, envace.trainers.update) and a generation call
 (envace.engines.fast: each shard's requests generated on their own, the results put back in order).
 
 Why: a small model's ops are too short for torch's intra-op threads to pay. Every op of a two-thread team
@@ -59,15 +60,20 @@ def one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def add_grads(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:
+    """`.grad += g` for every parameter a gradient reaches (`.grad` set where it was None)."""
+    for p, g in zip(params, grads):
+        if g is not None:
+            p.grad = g if p.grad is None else p.grad + g
+
+
 class ShardRunner:
     """Runs shards in `n_threads` Python threads (a pool kept for the run).
 
-    `map(fn, items)`: fn over the items in the threads, results in item order. `backward(params,
-    closures)`: each closure returns its shard's scaled loss (a scalar tensor whose gradients sum to the
-    batch's); the gradients go to `p.grad` (set, not accumulated; None where no shard reaches a
-    parameter), summed in closure order whatever order the threads finish in. Returns the detached losses
-    in closure order. Each pool thread sets its own torch threads to one (torch keeps the setting per
-    thread); `one_torch_thread()` around the step also puts the caller's own work at one."""
+    `map(fn, items)`: fn over the items in the threads, results in item order. `grads(params, closures)`:
+    each closure's loss differentiated in its thread, the gradients returned in closure order whatever
+    order the threads finish in. Each pool thread sets its own torch threads to one (torch keeps the
+    setting per thread); `one_torch_thread()` around a step also puts the caller's own work at one."""
 
     def __init__(self, n_threads: int) -> None:
         if n_threads < 2:
@@ -83,23 +89,18 @@ class ShardRunner:
 
         return list(self._pool.map(run, items))
 
-    def backward(self, params: Sequence[torch.Tensor], closures: Sequence[Callable[[], torch.Tensor]]
-                 ) -> list[torch.Tensor]:
+    def grads(self, params: Sequence[torch.Tensor],
+              closures: Sequence[Callable[[], tuple[torch.Tensor, R]]]) -> list[tuple[R, tuple]]:
+        """Each closure returns (a scalar loss, anything): run in the pool threads, it gives (that thing,
+        the loss's gradients w.r.t. `params`, None where it does not reach one), in closure order. Nothing
+        is written to `.grad`: the caller adds them (`add_grads`) in the order it needs."""
         params = list(params)
 
-        def run(closure: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, tuple]:
-            torch.set_num_threads(1)  # this thread's own setting where the OpenMP runtime keeps it per thread
-            loss = closure()
-            return loss.detach(), torch.autograd.grad(loss, params, allow_unused=True)
+        def run(closure: Callable[[], tuple[torch.Tensor, R]]) -> tuple[R, tuple]:
+            loss, payload = closure()
+            return payload, torch.autograd.grad(loss, params, allow_unused=True)
 
-        results = list(self._pool.map(run, closures))  # map returns in submission order
-        for j, p in enumerate(params):
-            grads = [g[j] for _, g in results if g[j] is not None]
-            total = None
-            for g in grads:
-                total = g if total is None else total + g
-            p.grad = total
-        return [loss for loss, _ in results]
+        return self.map(run, closures)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

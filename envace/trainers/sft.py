@@ -23,6 +23,7 @@ up to float rounding, each shard in its own thread at one torch thread.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import random
@@ -38,7 +39,7 @@ from envace.data.tasks import load_tasks
 from envace.models.loading import load_policy, pick_device, save_model
 from envace.roles.act import act_prompt_ids
 from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids, render_execution_result
-from envace.thread_shards import ShardRunner, balanced_shards, one_torch_thread
+from envace.thread_shards import ShardRunner, add_grads, balanced_shards, one_torch_thread
 from envace.trainers.config import SFTConfig
 from envace.trainers.packing import shared_prefix_packs
 from envace.trainers.prefix_passes import prefix_pass
@@ -288,17 +289,20 @@ def sharded_batch_grads(model, batch: list[Sample], pad_id: int, share_prefix: b
     total = max(sum(loss_tokens(s) for s in batch), 1)
     row_loss = [0.0] * len(batch)
 
-    def shard_loss(idx: list[int]):
-        def run() -> torch.Tensor:
-            loss, rows = batch_loss(model, [batch[i] for i in idx], pad_id, share_prefix)
-            for i, r in zip(idx, rows):
-                row_loss[i] = r
-            return loss * (sum(loss_tokens(batch[i]) for i in idx) / total)
-        return run
+    def shard_loss(idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, rows = batch_loss(model, [batch[i] for i in idx], pad_id, share_prefix)
+        for i, r in zip(idx, rows):
+            row_loss[i] = r
+        scaled = loss * (sum(loss_tokens(batch[i]) for i in idx) / total)
+        return scaled, scaled.detach()
 
     parts = balanced_shards([len(s.ids) for s in batch], runner.n_threads)
     params = [p for p in model.parameters() if p.requires_grad]
-    losses = runner.backward(params, [shard_loss(idx) for idx in parts])
+    results = runner.grads(params, [functools.partial(shard_loss, idx) for idx in parts])
+    model.zero_grad(set_to_none=True)
+    for _, grads in results:  # in shard order
+        add_grads(params, grads)
+    losses = [loss for loss, _ in results]
     return sum(losses[1:], losses[0]), row_loss
 
 

@@ -29,15 +29,17 @@ adds `echo_coef` x the token-mean NLL (temperature 1) over its chunk's echo toke
 They appear in no policy-loss denominator, role metric or noise-scale estimate; with per-role clipping
 their gradient is part of the Rehearse role's. With `echo_coef` = 0 (or no echo rows) none of this runs.
 
-On CPU at more than one torch thread (`shards`, default one per thread) an optimizer step's micro-batches
-run that many at a time in thread shards (envace.thread_shards), each forward and backward in its own thread
-at one torch thread; their gradients are added in micro-batch order, so every reading above (the running
-gradient sums of per-role clipping and noise tracking included) is the one-at-a-time step's.
+A micro-batch's loss is envace.trainers.micro_loss. On CPU at more than one torch thread (`shards`, default
+one per thread) an optimizer step's micro-batches run that many at a time in thread shards
+(envace.thread_shards), each forward and backward in its own thread at one torch thread; their gradients
+are added in micro-batch order, so every reading above (the running gradient sums of per-role clipping and
+noise tracking included) is the one-at-a-time step's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import random
 from collections import defaultdict
@@ -45,10 +47,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from envace.algos import POLICY_LOSSES, aggregate, kl_penalty
 from envace.engines.logprobs import prefix_supported
-from envace.thread_shards import ShardRunner
+from envace.thread_shards import ShardRunner, add_grads
 from envace.trainers.config import AlgoConfig
+from envace.trainers.micro_loss import MicroBatchLoss
 from envace.trainers.noise_scale import NoiseAccumulator, split_half
 from envace.trainers.packing import (
     Pack,
@@ -81,35 +83,12 @@ class StepStats:
 
 
 @dataclass
-class _MicroOut:
-    """One micro-batch's loss (attached, scaled by its share) and its detached bookkeeping."""
-
-    scaled: torch.Tensor
-    loss: float
-    share: float
-    tokens: int
-    role: str
-    prompts: set[int]
-    lm: dict[str, float]
-    entropy: float  # summed over loss tokens
-    logprob: float
-    kl: float | None
-
-
-@dataclass
 class UpdateResult:
     loss: float       # mean over optimizer steps
     grad_norm: float  # mean pre-clip norm over optimizer steps
     role_metrics: dict[str, dict[str, float]]
     metrics: dict[str, float] = field(default_factory=dict)
     steps: list[StepStats] = field(default_factory=list)
-
-
-def _pad(seqs: list, length: int, dtype: torch.dtype, device) -> torch.Tensor:
-    out = torch.zeros(len(seqs), length, dtype=dtype, device=device)
-    for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.as_tensor(s, dtype=dtype, device=device)
-    return out
 
 
 def split_mini_batches(packs: list[Pack], n: int) -> list[list[Pack]]:
@@ -147,9 +126,8 @@ class _Updater:
         self.full_logits = full_logits
         self.clip_per_role = clip_per_role
         self.role_grad_norms: dict[str, list[float]] = defaultdict(list)
-        self.loss_fn = POLICY_LOSSES.get(algo.loss)
+        self.micro_loss = MicroBatchLoss(model, rows, algo, pad_id, max_tokens, full_logits, ref)
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.device = next(model.parameters()).device
         self.sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.noise = NoiseAccumulator()
         self.role_noise: dict[str, NoiseAccumulator] = defaultdict(NoiseAccumulator)
@@ -184,7 +162,9 @@ class _Updater:
         role_grad: dict[str, torch.Tensor] = {}  # clip_per_role: each role's summed gradient
         total_loss = 0.0
         step_sums: dict[str, float] = defaultdict(float)
-        for half, out in self._run_micro_batches(mbs, epoch, n_tok, n_rows):
+        if epoch == 0:
+            self.forward_tokens += sum(padded_tokens(mb, self.max_tokens) for _, mb in mbs)
+        for half, out in self._run_micro_batches(mbs, n_tok, n_rows):
             total_loss += out.loss * out.share
             role, tokens = out.role, out.tokens
             s = self.sums[role]
@@ -235,57 +215,23 @@ class _Updater:
                          tokens=n_tok, metrics={k: v / max(n_tok, 1) for k, v in step_sums.items()},
                          echo_nll=echo_nll, echo_tokens=echo_tok)
 
-    def _forward(self, mb: list[Pack], n_tok: int, n_rows: int) -> _MicroOut:
-        """One micro-batch's forward and loss (scaled by its share of the mini-batch, still attached)."""
-        algo = self.algo
-        out = packed_logprobs(self.model, mb, self.rows, self.pad_id, with_entropy=True, max_tokens=self.max_tokens,
-                              entropy_grad=algo.entropy_coef > 0, full_logits=self.full_logits)
-        logp, mask, ent = out.logprobs, out.mask.to(out.logprobs.dtype), out.entropy
-        rows = [self.rows[r] for r in out.rows]
-        old = _pad([r.old_logprobs for r in rows], logp.shape[1], logp.dtype, self.device)
-        adv = torch.tensor([r.advantage for r in rows], dtype=logp.dtype, device=self.device)
-        loss, lm = self.loss_fn(logp, old, adv, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
-                                dual_clip_c=algo.dual_clip_c, agg=algo.agg)
-        kl = None
-        if self.ref is not None:
-            ref_lp = _pad([self.ref[r] for r in out.rows], logp.shape[1], logp.dtype, self.device)
-            kl = kl_penalty(logp, ref_lp, kind=algo.kl_kind)
-            loss = loss + algo.kl_coef * aggregate(kl, mask, algo.agg)
-        if algo.entropy_coef > 0:
-            loss = loss - algo.entropy_coef * aggregate(ent, mask, algo.agg)
-        tokens = int(mask.sum().item())
-        share = tokens / n_tok if algo.agg == "token-mean" else len(rows) / n_rows
-        scaled = loss * share
-        with torch.no_grad():
-            return _MicroOut(scaled=scaled, loss=float(loss.item()), share=share, tokens=tokens,
-                             role=mb[0].role.value, prompts={r.prompt_index for r in rows}, lm=lm,
-                             entropy=float((ent * mask).sum()), logprob=float((logp * mask).sum()),
-                             kl=float((kl * mask).sum()) if kl is not None else None)
-
-    def _run_micro_batches(self, mbs: list[tuple[int, list[Pack]]], epoch: int, n_tok: int, n_rows: int):
-        """Yield (half, the micro-batch's _MicroOut) in order, each micro-batch's gradient already added to
-        `.grad` (so a reader sees the running sum, as after its own backward). With a shard runner, the
-        micro-batches run `n_threads` at a time, forward and backward each in its own thread; their
+    def _run_micro_batches(self, mbs: list[tuple[int, list[Pack]]], n_tok: int, n_rows: int):
+        """Yield (half, the micro-batch's MicroOut) in order, each micro-batch's gradient already added to
+        `.grad` (a reader sees the running sum, as after its own backward). With a shard runner the
+        micro-batches run `n_threads` at a time, each forward and backward in its own thread; their
         gradients are added in micro-batch order."""
-        for i in range(0, len(mbs), self.runner.n_threads if self.runner else 1):
-            chunk = mbs[i:i + self.runner.n_threads] if self.runner else mbs[i:i + 1]
-            if epoch == 0:
-                self.forward_tokens += sum(padded_tokens(mb, self.max_tokens) for _, mb in chunk)
-            if self.runner is None or len(chunk) == 1:
+        width = self.runner.n_threads if self.runner else 1
+        for i in range(0, len(mbs), width):
+            chunk = mbs[i:i + width]
+            if len(chunk) == 1:
                 (half, mb), = chunk
-                out = self._forward(mb, n_tok, n_rows)
+                out = self.micro_loss(mb, n_tok, n_rows)
                 out.scaled.backward()
                 yield half, out
                 continue
-
-            def forward_backward(mb: list[Pack]) -> tuple[_MicroOut, tuple]:
-                out = self._forward(mb, n_tok, n_rows)
-                return out, torch.autograd.grad(out.scaled, self.params, allow_unused=True)
-
-            for (half, _), (out, grads) in zip(chunk, self.runner.map(forward_backward, [mb for _, mb in chunk])):
-                for p, g in zip(self.params, grads):
-                    if g is not None:
-                        p.grad = g if p.grad is None else p.grad + g
+            closures = [functools.partial(self.micro_loss.with_loss, mb, n_tok, n_rows) for _, mb in chunk]
+            for (half, _), (out, grads) in zip(chunk, self.runner.grads(self.params, closures)):
+                add_grads(self.params, grads)
                 yield half, out
 
     def _echo(self, packs: list[Pack], n_tok: int) -> float:

@@ -11,7 +11,7 @@ import torch
 
 from envace.data.config import DataConfig
 from envace.models.loading import load_policy
-from envace.thread_shards import ShardRunner, balanced_shards, one_torch_thread
+from envace.thread_shards import ShardRunner, add_grads, balanced_shards, one_torch_thread
 from envace.trainers import sft as sft_module
 from envace.trainers.config import SFTConfig
 from envace.trainers.sft import batch_loss, build_samples, loss_tokens, sft, sharded_batch_grads
@@ -60,13 +60,20 @@ def test_shard_gradients_sum_to_the_batch_gradient(samples, tiny_model_dir, shar
         torch.testing.assert_close(p.grad, w, atol=1e-7, rtol=0)
 
 
-def test_runner_sums_in_closure_order_and_leaves_untouched_params_without_grad():
+def test_runner_grads_come_back_in_closure_order_and_untouched_params_get_none():
     a = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
     b = torch.tensor([3.0], dtype=torch.float64, requires_grad=True)
     unused = torch.zeros(1, requires_grad=True)
+    def with_value(loss):
+        return loss, float(loss)
+
     with ShardRunner(2) as runner:
-        losses = runner.backward([a, b, unused], [lambda: (a * a).sum(), lambda: 3 * a[0] + (b * b).sum()])
-    assert [float(x) for x in losses] == [5.0, 12.0]
+        results = runner.grads([a, b, unused], [lambda: with_value((a * a).sum()),
+                                                lambda: with_value(3 * a[0] + (b * b).sum())])
+    assert [payload for payload, _ in results] == [5.0, 12.0]  # the closures' own values, in closure order
+    assert a.grad is None  # grads() writes nothing; add_grads sums in the order given
+    for _, grads in results:
+        add_grads([a, b, unused], grads)
     torch.testing.assert_close(a.grad, torch.tensor([2.0 + 3.0, 4.0], dtype=torch.float64))  # 2a + (3, 0)
     torch.testing.assert_close(b.grad, torch.tensor([6.0], dtype=torch.float64))
     assert unused.grad is None
