@@ -61,11 +61,12 @@ class FastEngine:
         self._runner: ShardRunner | None = None
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        # a prompt asked for several times (a task's K samples) stays in one shard: it is prefilled once
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i, r in enumerate(requests):
-            groups.setdefault(tuple(r.prompt_ids), []).append(i)
-        n = 1 if self.device.type != "cpu" else min(self.shards or torch.get_num_threads(), len(groups))
+        n = 1 if self.device.type != "cpu" else (self.shards or torch.get_num_threads())
+        if n > 1:  # a prompt asked for several times (a task's K samples) stays in one shard: prefilled once
+            groups: dict[tuple[int, ...], list[int]] = {}
+            for i, r in enumerate(requests):
+                groups.setdefault(tuple(r.prompt_ids), []).append(i)
+            n = min(n, len(groups))
         if n <= 1:
             return generate_in_length_order(requests, self.max_batch, self._generate_batch)
         validate_requests(requests)  # named by their index in this call, not in a shard

@@ -224,17 +224,25 @@ def gain_tracking(records: Sequence[Mapping[str, Any]], *, task_metric: str = "e
     for r in records:
         if r.get("kind") == "eval" and r.get("start_model"):
             base_of[_model_key(r["start_model"]), int(r["seed"])] = r
+    base_wm: dict[int, float | None] = {}  # a base row's mean, read once however many arms share it
+
+    def wm_mean(rec: Mapping[str, Any]) -> float | None:
+        frame = transition_scores(rec)
+        return None if frame is None else float(frame[wm_metric].mean())
+
     points = []
     for r in records:
         b = base_of.get((_model_key(r.get("start_model")), int(r["seed"]))) if r.get("kind") == "train" else None
         if b is None or task_metric not in r.get("metrics", {}) or task_metric not in b.get("metrics", {}):
             continue
-        wa, wb = transition_scores(b), transition_scores(r)
+        if id(b) not in base_wm:
+            base_wm[id(b)] = wm_mean(b)
+        wa, wb = base_wm[id(b)], wm_mean(r)
         if wa is None or wb is None:
             continue
         points.append({"arm": r["group"], "seed": int(r["seed"]),
                        "task_gain": float(r["metrics"][task_metric]) - float(b["metrics"][task_metric]),
-                       "wm_gain": float(wb[wm_metric].mean()) - float(wa[wm_metric].mean())})
+                       "wm_gain": wb - wa})
     out: dict[str, Any] = {"points": points, "cells": len(points), "rho": float("nan"), "lo": float("nan"),
                            "hi": float("nan")}
     if len(points) < 3:
