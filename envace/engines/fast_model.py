@@ -5,10 +5,13 @@ departs from the transformers forward for batch-decode speed:
 - fused q/k/v projections with the attention scale folded into the q norm (Qwen3) or into the q rows of
   the fused projection (Llama; RoPE is linear, so the scale commutes with it), rebuilt whenever a source
   parameter's storage or version counter changes (writes through `param.data` need `refresh(force=True)`);
+  the input RMSNorm's weight folded into that projection's columns;
+- q and k head dims stored in RoPE-pair order, (i, i + hd/2) side by side, so the rotation is one complex
+  product (q.k, their only use, does not depend on the order);
 - a KV cache preallocated for the whole call (K transposed), so a decode step writes one column;
 - grouped-query attention by reshaping the queries, not repeating K/V heads;
-- packed prefill, with the last layer's attention output, MLP and output layer run at each prompt's last
-  token only.
+- prefill of a right-padded grid of prompts (positions are its columns, one causal attention for all),
+  with the last layer's attention output, MLP and output layer run at each prompt's last token only.
 In float32 it matches the transformers forward to ~1e-6; in bf16/fp16 sampled log-probs match the
 trainer's only to that dtype's precision (~1e-2). Measured on CPU only.
 """
@@ -59,8 +62,7 @@ def unsupported_reason(model: Any) -> str | None:
 
 @dataclass
 class _Layer:
-    ln1: torch.Tensor
-    wqkv: torch.Tensor  # (q + k + v out, hidden)
+    wqkv: torch.Tensor  # (q + k + v out, hidden), input norm folded in, q/k head dims in RoPE-pair order
     qk_norm: torch.Tensor | None  # Qwen3: (heads + kv_heads, head_dim), the q rows carry the attention scale
     wo_t: torch.Tensor  # (heads*head_dim, hidden) view of o_proj.weight.T
     ln2: torch.Tensor
@@ -111,7 +113,7 @@ class DecoderKernel:
         self.n_layers = cfg.num_hidden_layers
         self.qk_norm = cfg.model_type == "qwen3"
         self._key: tuple | None = None
-        self._cos = self._sin = None
+        self._rot: torch.Tensor | None = None
 
     # ----- weights --------------------------------------------------------------------------------
 
@@ -133,20 +135,32 @@ class DecoderKernel:
         if key == self._key and not force:
             return
         m = self.model
-        self.embed, self.norm, self.lm_head = src[0].detach(), src[1].detach(), src[2].detach()
+        self.embed = src[0].detach()
         self.dtype, self.device = self.embed.dtype, self.embed.device
-        scale = self.hd ** -0.5
+        scale, half = self.hd ** -0.5, self.hd // 2
+        # head dims reordered so each RoPE pair (i, i + hd/2) sits side by side: the rotation is then one
+        # complex product; q and k get the same order, so q.k (the only use of either) is unchanged
+        pair = torch.arange(self.hd, device=self.device).view(2, half).t().reshape(-1)
+
+        def by_pairs(w: torch.Tensor, heads: int) -> torch.Tensor:
+            return w.view(heads, self.hd, *w.shape[1:])[:, pair].reshape(w.shape)
+
         self.layers = []
         with torch.no_grad():
+            self.norm, self.lm_head = src[1].detach(), src[2].detach()
             for layer in m.model.layers:
                 a, mlp = layer.self_attn, layer.mlp
                 # Qwen3's q norm carries the attention scale; without one, the q rows of the fused projection do
                 wq = a.q_proj.weight if self.qk_norm else a.q_proj.weight * scale
                 self.layers.append(_Layer(
-                    ln1=layer.input_layernorm.weight.detach(),
-                    wqkv=torch.cat([wq, a.k_proj.weight, a.v_proj.weight]).detach(),
-                    qk_norm=torch.cat([(a.q_norm.weight * scale).expand(self.h, -1),
-                                       a.k_norm.weight.expand(self.kvh, -1)]).detach() if self.qk_norm else None,
+                    # the input norm's weight folded into the columns of the fused projection (a new
+                    # tensor anyway); the MLP's and the final norm's are applied, not folded, so the
+                    # largest weights are used in place rather than copied
+                    wqkv=(torch.cat([by_pairs(wq, self.h), by_pairs(a.k_proj.weight, self.kvh), a.v_proj.weight])
+                          * layer.input_layernorm.weight).detach(),
+                    qk_norm=torch.cat([by_pairs(a.q_norm.weight * scale, 1).expand(self.h, -1),
+                                       by_pairs(a.k_norm.weight, 1).expand(self.kvh, -1)]).detach()
+                    if self.qk_norm else None,
                     wo_t=a.o_proj.weight.detach().t(),
                     ln2=layer.post_attention_layernorm.weight.detach(),
                     wgate=mlp.gate_proj.weight.detach(), wup=mlp.up_proj.weight.detach(),
@@ -154,35 +168,38 @@ class DecoderKernel:
         self._key = key
 
     def rope_table(self, n_pos: int) -> None:
-        """cos and sin (n_pos, head_dim) from the model's own rotary module; sin carries rotate_half's sign."""
-        if self._cos is not None and self._cos.shape[0] >= n_pos:
+        """The rotation per position as complex numbers (n_pos, head_dim/2), cos + i sin, from the model's
+        own rotary module."""
+        if self._rot is not None and self._rot.shape[0] >= n_pos:
             return
         n = max(n_pos, getattr(self.model.config, "max_position_embeddings", 0) or 0)
         pos = torch.arange(n, device=self.device)[None]
-        probe = torch.zeros(1, dtype=self.dtype, device=self.device)
+        probe = torch.zeros(1, dtype=torch.float32, device=self.device)
         cos, sin = self.model.model.rotary_emb(probe, pos)
         half = self.hd // 2
-        self._cos = cos[0].contiguous()
-        self._sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1).contiguous()
+        self._rot = torch.complex(cos[0, :, :half].float(), sin[0, :, :half].float()).contiguous()
 
     # ----- shared pieces --------------------------------------------------------------------------
 
-    def _rms(self, x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
-        """RMSNorm over the last dim (fewer passes over x than F.rms_norm's CPU decomposition)."""
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """RMSNorm over the last dim (fewer passes over x than F.rms_norm's CPU decomposition); the weight,
+        where not folded into the next projection, multiplies after."""
         r = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
         r = r.square_().div_(x.shape[-1]).add_(self.eps).rsqrt_().to(x.dtype)
         return x * r if weight is None else torch.mul(x, r).mul_(weight)
 
-    def _qkv(self, layer: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """Normed, rotated q (n, h, hd) and k (n, kvh, hd), and v (n, kvh, hd), for n token rows."""
-        n, h, kvh, hd = x.shape[0], self.h, self.kvh, self.hd
-        qkv = F.linear(self._rms(x, layer.ln1), layer.wqkv)
-        qk = qkv[:, :(h + kvh) * hd].view(n, h + kvh, hd)
+    def _qkv(self, layer: _Layer, x: torch.Tensor, rot: torch.Tensor):
+        """Normed, rotated q (..., h, hd) and k (..., kvh, hd), and v (..., kvh, hd), for token rows x
+        (..., hidden); `rot` (complex) broadcasts against (..., 1, hd/2)."""
+        lead, h, kvh, hd = x.shape[:-1], self.h, self.kvh, self.hd
+        qkv = F.linear(self._rms(x), layer.wqkv)
+        qk = qkv[..., :(h + kvh) * hd].view(*lead, h + kvh, hd)
         if layer.qk_norm is not None:
             qk = self._rms(qk, layer.qk_norm)
-        # RoPE: x*cos + rotate_half(x)*sin, with rotate_half(x)*sin = roll(x, hd/2) * (sign-carrying sin)
-        qk = torch.addcmul(qk * cos, qk.roll(hd // 2, dims=-1), sin)
-        return qk[:, :h], qk[:, h:], qkv[:, (h + kvh) * hd:].view(n, kvh, hd)
+        # RoPE on (i, i + hd/2) pairs, stored side by side: (a + ib)(cos + i sin)
+        pairs = torch.view_as_complex(qk.float().view(*lead, h + kvh, hd // 2, 2))
+        qk = torch.view_as_real(pairs * rot).view(*lead, h + kvh, hd).to(x.dtype)
+        return qk[..., :h, :], qk[..., h:, :], qkv[..., (h + kvh) * hd:].view(*lead, kvh, hd)
 
     def _mlp(self, layer: _Layer, x: torch.Tensor) -> torch.Tensor:
         xn = self._rms(x, layer.ln2)
@@ -196,48 +213,42 @@ class DecoderKernel:
     # ----- prefill --------------------------------------------------------------------------------
 
     def prefill(self, cache: KVCache, rows: list[int], prompts: list[list[int]], width: int) -> torch.Tensor:
-        """Run `prompts` (packed) into cache rows `rows`, right-aligned at column `width`; return the
-        logits (len(prompts), V) at each prompt's last token."""
-        dev, h, kvh, hd = self.device, self.h, self.kvh, self.hd
+        """Run `prompts` into cache rows `rows`, right-aligned at column `width`; return the logits
+        (len(prompts), V) at each prompt's last token.
+
+        The prompts run as one right-padded (prompts, longest) grid: RoPE positions are the grid's columns,
+        one causal attention serves every prompt (pads sit after every real token, so no real query sees
+        them; pad queries see finite values and are never read), and each prompt's K/V are copied to its
+        cache row as one slice."""
+        dev, h, kvh, hd, hidden = self.device, self.h, self.kvh, self.hd, self.hidden
         lens = [len(p) for p in prompts]
         nb, lmax = len(prompts), max(lens)
-        n_tok = torch.tensor(lens, device=dev)
-        ids = torch.tensor([t for p in prompts for t in p], dtype=torch.long, device=dev)
-        starts = torch.cumsum(n_tok, 0) - n_tok
-        pos = torch.arange(ids.shape[0], device=dev) - starts.repeat_interleave(n_tok)
-        # each packed token's place in a right-padded (prompt, lmax) grid and in the cache (row, column)
-        grid = pos + (torch.arange(nb, device=dev) * lmax).repeat_interleave(n_tok)
-        crow = torch.tensor(rows, device=dev).repeat_interleave(n_tok)
-        ccol = pos + (width - n_tok).repeat_interleave(n_tok)
+        ids = torch.tensor([p + [0] * (lmax - len(p)) for p in prompts], dtype=torch.long, device=dev)
         for r, n in zip(rows, lens):
             cache.bias[r, ..., :width - n] = float("-inf")
-        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]
-        x = self.embed[ids]
-        pad_q = torch.zeros(nb * lmax, h, hd, dtype=self.dtype, device=dev)
-        pad_kv = torch.zeros(2, nb * lmax, kvh, hd, dtype=self.dtype, device=dev)
-        last = starts + n_tok - 1
+        rot = self._rot[:lmax, None]  # (lmax, 1, hd/2), the same for every prompt
+        x = self.embed[ids]  # (nb, lmax, hidden)
+        at = torch.arange(nb, device=dev)
+        last = torch.tensor(lens, device=dev) - 1
         for li, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, cos, sin)
-            cache.k[li].view(cache.rows, kvh, hd, -1)[crow, :, :, ccol] = k
-            cache.v[li].view(cache.rows, kvh, -1, hd)[crow, :, ccol, :] = v
-            pad_kv[0, grid], pad_kv[1, grid] = k, v
-            keys = pad_kv[0].view(nb, lmax, kvh, hd).transpose(1, 2)
-            values = pad_kv[1].view(nb, lmax, kvh, hd).transpose(1, 2)
+            q, k, v = self._qkv(layer, x, rot)  # (nb, lmax, heads, hd)
+            kc = cache.k[li].view(cache.rows, kvh, hd, -1)
+            vc = cache.v[li].view(cache.rows, kvh, -1, hd)
+            for i, (r, n) in enumerate(zip(rows, lens)):
+                kc[r, :, :, width - n:width] = k[i, :n].permute(1, 2, 0)
+                vc[r, :, width - n:width] = v[i, :n].transpose(0, 1)
+            keys, values = k.transpose(1, 2), v.transpose(1, 2)
             if li == len(self.layers) - 1:
                 # the last layer's output is read only at each prompt's last token: attention, o_proj and
                 # the MLP run there alone (its K/V above were still needed for the cache)
-                seen = (torch.arange(lmax, device=dev) < n_tok[:, None])[:, None, None, :]
-                o = F.scaled_dot_product_attention(q[last][:, :, None], keys, values, attn_mask=seen,
+                seen = (torch.arange(lmax, device=dev) <= last[:, None])[:, None, None, :]
+                o = F.scaled_dot_product_attention(q[at, last][:, :, None], keys, values, attn_mask=seen,
                                                    scale=1.0, enable_gqa=True)
-                return self.logits(self._mlp(layer, torch.addmm(x[last], o.reshape(nb, h * hd), layer.wo_t)))
-            # one causal attention over the right-padded prompts: pads sit after every real token, so
-            # no real query sees them (pad queries see zeros and are never read)
-            pad_q[grid] = q
-            o = F.scaled_dot_product_attention(pad_q.view(nb, lmax, h, hd).transpose(1, 2), keys, values,
-                                               is_causal=True, scale=1.0, enable_gqa=True)
-            attn = o.transpose(1, 2).reshape(nb * lmax, h * hd)[grid]
-            x = torch.addmm(x, attn, layer.wo_t)
-            x = self._mlp(layer, x)
+                return self.logits(self._mlp(layer, torch.addmm(x[at, last], o.reshape(nb, h * hd), layer.wo_t)))
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, is_causal=True, scale=1.0,
+                                               enable_gqa=True)
+            x = torch.addmm(x.view(-1, hidden), o.transpose(1, 2).reshape(-1, h * hd), layer.wo_t)
+            x = self._mlp(layer, x).view(nb, lmax, hidden)
         raise AssertionError("unreachable: the last layer returns")
 
     # ----- decode ---------------------------------------------------------------------------------
@@ -247,11 +258,11 @@ class DecoderKernel:
         `col`; attention over columns 0..col. Returns logits (rows, V)."""
         b, h, kvh, hd = tokens.shape[0], self.h, self.kvh, self.hd
         g = h // kvh
-        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]
+        rot = self._rot[pos][:, None]
         bias = cache.bias[..., :col + 1]
         x = self.embed[tokens]
         for li, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, cos, sin)
+            q, k, v = self._qkv(layer, x, rot)
             kc, vc = cache.k[li], cache.v[li]
             kc[:, :, col] = k.reshape(b * kvh, hd)
             vc[:, col] = v.reshape(b * kvh, hd)
