@@ -213,30 +213,30 @@ class DecoderKernel:
     # ----- prefill --------------------------------------------------------------------------------
 
     def prefill(self, cache: KVCache, rows: list[int], prompts: list[list[int]], width: int) -> torch.Tensor:
-        """Run `prompts` into cache rows `rows`, right-aligned at column `width`; return the logits
-        (len(prompts), V) at each prompt's last token.
+        """Run `prompts` into cache rows `rows` from column 0, the columns up to `width` (where decoding
+        starts) after each prompt masked; return the logits (len(prompts), V) at each prompt's last token.
 
-        The prompts run as one right-padded (prompts, longest) grid: RoPE positions are the grid's columns,
-        one causal attention serves every prompt (pads sit after every real token, so no real query sees
-        them; pad queries see finite values and are never read), and each prompt's K/V are copied to its
-        cache row as one slice."""
+        The prompts run as one right-padded (prompts, longest) grid laid out as in the cache: RoPE positions
+        are the grid's columns, one causal attention serves every prompt (pads sit after every real token,
+        so no real query sees them; pad queries see finite values and are never read), and each layer's
+        K/V go to the cache in one copy (the pads' finite K/V in masked columns)."""
         dev, h, kvh, hd, hidden = self.device, self.h, self.kvh, self.hd, self.hidden
         lens = [len(p) for p in prompts]
         nb, lmax = len(prompts), max(lens)
         ids = torch.tensor([p + [0] * (lmax - len(p)) for p in prompts], dtype=torch.long, device=dev)
-        for r, n in zip(rows, lens):
-            cache.bias[r, ..., :width - n] = float("-inf")
+        # the cache rows as a slice where they are consecutive (a plain copy), else as an index
+        crow = slice(rows[0], rows[0] + nb) if rows == list(range(rows[0], rows[0] + nb)) else torch.tensor(rows, device=dev)
+        cols = torch.arange(width, device=dev)
+        cache.bias[crow, :, :, :width] = torch.where(cols >= torch.tensor(lens, device=dev)[:, None], float("-inf"),
+                                                   0.0).to(self.dtype)[:, None, None]
         rot = self._rot[:lmax, None]  # (lmax, 1, hd/2), the same for every prompt
         x = self.embed[ids]  # (nb, lmax, hidden)
         at = torch.arange(nb, device=dev)
         last = torch.tensor(lens, device=dev) - 1
         for li, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x, rot)  # (nb, lmax, heads, hd)
-            kc = cache.k[li].view(cache.rows, kvh, hd, -1)
-            vc = cache.v[li].view(cache.rows, kvh, -1, hd)
-            for i, (r, n) in enumerate(zip(rows, lens)):
-                kc[r, :, :, width - n:width] = k[i, :n].permute(1, 2, 0)
-                vc[r, :, width - n:width] = v[i, :n].transpose(0, 1)
+            cache.k[li].view(cache.rows, kvh, hd, -1)[crow, :, :, :lmax] = k.permute(0, 2, 3, 1)
+            cache.v[li].view(cache.rows, kvh, -1, hd)[crow, :, :lmax] = v.transpose(1, 2)
             keys, values = k.transpose(1, 2), v.transpose(1, 2)
             if li == len(self.layers) - 1:
                 # the last layer's output is read only at each prompt's last token: attention, o_proj and
