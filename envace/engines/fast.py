@@ -3,7 +3,7 @@ KV cache (arithmetic in `envace.engines.fast_model.DecoderKernel`).
 
 Same contract and results as `envace.engines.hf.HFEngine`, the reference kept for models this one cannot
 run (`envace.engines.factory.make_engine` chooses): a request gives the same tokens alone, in any batch
-and in either engine, up to float rounding of the logits. Where it saves time: packed prefill into one
+and in either engine, up to float rounding of the logits. Where it saves time: prefill of prompt grids into one
 static cache (a prompt repeated in the batch, as a task's K samples are, prefilled once), sampling
 without a vocabulary sort, finished rows dropped in one copy once a quarter of the batch has finished,
 and stop strings checked on a tail window of the decode (a hit is confirmed on the full decode, so the
@@ -155,7 +155,7 @@ class FastEngine:
                 for i in range(b)]
 
     def _prefill(self, cache: KVCache, reqs: list[GenRequest], width: int) -> torch.Tensor:
-        """Prefill in packed chunks of about `prefill_tokens` tokens; logits (rows, V) at each last token.
+        """Prefill in chunks of about `prefill_tokens` prompt tokens; logits (rows, V) at each last token.
         A prompt asked for several times (the K samples of a task) is prefilled once and its cache row
         copied to the others."""
         first: dict[tuple[int, ...], int] = {}
