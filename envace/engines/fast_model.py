@@ -64,7 +64,7 @@ def unsupported_reason(model: Any) -> str | None:
 class _Layer:
     # every projection as (in, out), read as x @ w (see `as_in_out`)
     wqkv: torch.Tensor  # (hidden, q + k + v out), input norm folded in, q/k head dims in RoPE-pair order
-    qk_norm: torch.Tensor | None  # Qwen3: (heads + kv_heads, head_dim), the q rows carry the attention scale
+    qk_norm: torch.Tensor | None  # Qwen3: (heads + kv_heads, head_dim) in RoPE-pair order, q rows carry the scale
     wo: torch.Tensor
     ln2: torch.Tensor
     wgate: torch.Tensor
@@ -236,13 +236,13 @@ class DecoderKernel:
         # the cache rows as a slice where they are consecutive (a plain copy), else as an index
         consecutive = rows == list(range(rows[0], rows[0] + nb))
         crow = slice(rows[0], rows[0] + nb) if consecutive else torch.tensor(rows, device=dev)
+        n_tok = torch.tensor(lens, device=dev)
         cols = torch.arange(width, device=dev)
-        cache.bias[crow, :, :, :width] = torch.where(cols >= torch.tensor(lens, device=dev)[:, None], float("-inf"),
-                                                   0.0).to(self.dtype)[:, None, None]
+        pad_bias = torch.where(cols >= n_tok[:, None], float("-inf"), 0.0).to(self.dtype)
+        cache.bias[crow, :, :, :width] = pad_bias[:, None, None]
         rot = self._rot[:lmax, None]  # (lmax, 1, hd/2), the same for every prompt
         x = self.embed[ids]  # (nb, lmax, hidden)
-        at = torch.arange(nb, device=dev)
-        last = torch.tensor(lens, device=dev) - 1
+        at, last = torch.arange(nb, device=dev), n_tok - 1
         for li, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x, rot)  # (nb, lmax, heads, hd)
             cache.k[li].view(cache.rows, kvh, hd, -1)[crow, :, :, :lmax] = k.permute(0, 2, 3, 1)
@@ -251,7 +251,7 @@ class DecoderKernel:
             if li == len(self.layers) - 1:
                 # the last layer's output is read only at each prompt's last token: attention, o_proj and
                 # the MLP run there alone (its K/V above were still needed for the cache)
-                seen = (torch.arange(lmax, device=dev) <= last[:, None])[:, None, None, :]
+                seen = (cols[:lmax] < n_tok[:, None])[:, None, None, :]
                 o = F.scaled_dot_product_attention(q[at, last][:, :, None], keys, values, attn_mask=seen,
                                                    scale=1.0, enable_gqa=True)
                 return self.logits(self._mlp(layer, torch.addmm(x[at, last], o.reshape(nb, h * hd), layer.wo)))
