@@ -93,12 +93,12 @@ def prepare_sft(cfg: SweepConfig) -> dict[str, dict[str, Any]]:
         return {}
     # builds running side by side on this machine split its cores; on Ray each gets its cell's CPUs
     threads = (max(1, int(cfg.runner.num_cpus)) if cfg.runner.kind is RunnerKind.RAY
-               else parallel_threads(len(cfg.sft), cfg.max_workers))
+               else parallel_threads(len(cfg.sft_builds()), cfg.max_workers))
     with cpu_jobs(cell_processes(cfg)), cell_runner(cfg) as runner:
         with cell_resources(cfg.runner):
             futures = {name: runner.submit(sft_task.with_options(task_run_name=f"sft[{name}]"),
                                            {"name": name, "spec": spec, "threads": threads})
-                       for name, spec in cfg.sft.items()}
+                       for name, spec in cfg.sft_builds().items()}
         return {name: fut.result() for name, fut in futures.items()}
 
 

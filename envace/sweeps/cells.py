@@ -33,7 +33,7 @@ from typing import Any
 from envace.config import BaseConfig, flatten, load_config
 from envace.sweeps.cache import cache_key
 from envace.sweeps.curves import metric_history
-from envace.sweeps.grid import CellSpec
+from envace.sweeps.grid import DEFAULT_PASS, CellSpec
 
 EXECUTIONS = "executions.jsonl"
 KEY_FILE = "cell_key"
@@ -59,6 +59,8 @@ def cell_cache_key(spec: CellSpec) -> str:
     """Cache key of a sweep cell (raises like the cell would when its config is invalid)."""
     cfg = resolve_cell_config(spec, for_key=True)
     extra: dict[str, Any] = {"eval": spec.eval_overrides}
+    if spec.extra_evals:  # only then: the keys of sweeps without extra passes are unchanged
+        extra["extra_evals"] = spec.extra_evals
     if spec.worldbench_data is not None:  # only then: the keys of sweeps without worldbench are unchanged
         from envace.sweeps.world_model import data_key
 
@@ -149,12 +151,35 @@ def prepare_cell_dir(out_dir: str | Path, key: str) -> bool:
 
 
 def _record(spec: CellSpec, metrics: dict[str, float], run_id: str | None, t0: float, **extra: Any) -> dict[str, Any]:
-    return {"cell": spec.name, "group": spec.group, "levels": dict(spec.levels), "seed": spec.seed,
-            "kind": spec.kind, "out_dir": spec.out_dir, "mlflow_run_id": run_id, "metrics": metrics,
-            "wall_s": time.perf_counter() - t0, **extra}
+    record = {"cell": spec.name, "group": spec.group, "levels": dict(spec.levels), "seed": spec.seed,
+              "kind": spec.kind, "out_dir": spec.out_dir, "mlflow_run_id": run_id, "metrics": metrics,
+              "wall_s": time.perf_counter() - t0, **extra}
+    if spec.sft_seed is not None:
+        record["sft_seed"] = spec.sft_seed
+    if extra.get("eval_file"):
+        record["eval_files"] = {DEFAULT_PASS: extra["eval_file"], **record.get("eval_files", {})}
+    return record
 
 
-def _log_into_run(mlflow_uri: str, run_id: str, step: int, metrics: dict[str, float], result_file: str | None) -> None:
+def _extra_passes(spec: CellSpec, base_overrides: list[str], model: str) -> tuple[dict[str, float], dict[str, str]]:
+    """The cell's `extra_evals` passes of `model`: their metrics (eval_<name>/...) and result files."""
+    from envace.evaluation.config import EvalConfig
+    from envace.evaluation.run import run_eval
+
+    metrics: dict[str, float] = {}
+    files: dict[str, str] = {}
+    for name, overrides in spec.extra_evals.items():
+        ecfg = load_config(EvalConfig, None, [*base_overrides, *overrides], model=model, seeds=[spec.seed],
+                           out_dir=str(Path(spec.out_dir) / f"eval_{name}"))
+        ev = run_eval(ecfg)
+        metrics.update(eval_metrics(ev, prefix=f"eval_{name}"))
+        if ev.get("written_to"):
+            files[name] = ev["written_to"]
+    return metrics, files
+
+
+def _log_into_run(mlflow_uri: str, run_id: str, step: int, metrics: dict[str, float], result_file: str | None,
+                  artifact_dir: str = "eval") -> None:
     from mlflow.tracking import MlflowClient
 
     from envace.tracking.mlflow_run import MlflowRun, resolve_tracking_uri
@@ -164,7 +189,7 @@ def _log_into_run(mlflow_uri: str, run_id: str, step: int, metrics: dict[str, fl
     run = MlflowRun(client, run_id, client.get_run(run_id).info.experiment_id)
     run.log_step_metrics(step, metrics)
     if result_file and Path(result_file).is_file():
-        run.log_artifact(result_file, "eval")
+        run.log_artifact(result_file, artifact_dir)
 
 
 def _run_train_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
@@ -193,8 +218,12 @@ def _run_train_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
         em = eval_metrics(ev)
         metrics.update(em)
         extra["eval_file"] = ev.get("written_to")
+        xm, extra["eval_files"] = _extra_passes(spec, spec.eval_overrides, str(ckpt))
+        metrics.update(xm)
         if res.mlflow_run_id:
-            _log_into_run(spec.mlflow_uri, res.mlflow_run_id, res.last_step, em, ev.get("written_to"))
+            _log_into_run(spec.mlflow_uri, res.mlflow_run_id, res.last_step, em | xm, ev.get("written_to"))
+            for name, path in extra["eval_files"].items():
+                _log_into_run(spec.mlflow_uri, res.mlflow_run_id, res.last_step, {}, path, f"eval_{name}")
     if spec.worldbench_data is not None:
         if ckpt is None:
             raise RuntimeError(f"cell {spec.name}: training wrote no checkpoint under {cfg.out_dir}/checkpoints; "
@@ -226,6 +255,12 @@ def _run_eval_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
         metrics = eval_metrics(ev)
         model = str(getattr(cfg.policy, "model_dir", None) or cfg.model)
         extra: dict[str, Any] = {}
+        if spec.extra_evals:
+            base = [o for o in spec.overrides if not o.startswith("model=")]
+            xm, extra["eval_files"] = _extra_passes(spec, base, model)
+            metrics.update(xm)
+            for name, path in extra["eval_files"].items():
+                run.log_artifact(path, f"eval_{name}")
         if spec.worldbench_data is not None:
             wm, extra["worldbench_file"] = _worldbench(spec, model)
             metrics.update(wm)

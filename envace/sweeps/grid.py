@@ -32,6 +32,7 @@ from envace.sweeps.ray_runner import RunnerConfig
 from envace.sweeps.world_model import WorldbenchSpec
 
 Scalar = str | int | float | bool
+DEFAULT_PASS = "default"  # the name of the main evaluation pass (eval_overrides) beside extra_evals
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 _SFT_REF = re.compile(r"\{sft:([A-Za-z0-9_.-]+)\}")
 
@@ -63,8 +64,9 @@ class SweepConfig(BaseConfig):
     overrides: list[str] = Field(default_factory=list, description="key=value overrides applied to every cell.")
     axes: dict[str, dict[str, list[str] | str] | list[Scalar]] = Field(
         default_factory=dict, description="Grid axes: {axis: {level: [key=value, ...]}} or {config.key: [values]}.")
-    exclude: list[dict[str, Scalar]] = Field(
-        default_factory=list, description="Level combinations to skip, e.g. {tts_n: 0, tts_mode: sequential}.")
+    exclude: list[dict[str, Scalar | list[int]]] = Field(
+        default_factory=list, description="Level combinations to skip, e.g. {tts_n: 0, tts_mode: sequential}; with "
+                                          "`seeds: [3, 4]` only for those seeds (a probe arm run on fewer seeds).")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Seeds; one cell per seed.")
     eval_overrides: list[str] | None = Field(
         None, description="kind=train: evaluate each final checkpoint with these EvalConfig overrides (None: no eval).")
@@ -89,6 +91,17 @@ class SweepConfig(BaseConfig):
     baselines: dict[str, str] = Field(
         default_factory=dict, description="Base (no RL) rows: {level name: sft name}; each is an evaluation cell "
                                           "per seed of that SFT model with eval_overrides, on the first axis.")
+    sft_seeds: list[int] | None = Field(
+        None, description="SFT starts as the top replication level: every `sft:` checkpoint is built once per seed "
+                          "(<out>/seed_S) and every cell and base row runs from each start (None: one start, each "
+                          "spec's own seed). Each extra start costs its SFT builds plus every cell again.")
+    extra_evals: dict[str, list[str]] = Field(
+        default_factory=dict, description="Further evaluation passes of every trained cell and base row: {name: "
+                                          "[EvalConfig overrides applied after eval_overrides]}, e.g. {t1_k4: "
+                                          "[rollout.act.temperature=1.0, k=4]}; metrics eval_<name>/...")
+    contrasts: list[tuple[str, str]] = Field(
+        default_factory=list, description="Extra paired comparisons [arm, comparator] of the report (levels of the "
+                                          "first axis or full grid points), beside vs-base and vs-reference.")
     worldbench: WorldbenchSpec | None = Field(
         None, description="Also score every cell's world model on worldbench and write the task-gain vs "
                           "world-model-gain table (envace.sweeps.world_model); None: no worldbench.")
@@ -122,8 +135,31 @@ class SweepConfig(BaseConfig):
                 raise ConfigError(f"sweep {self.name!r}: baselines need eval_overrides (how to evaluate them)")
             if not self.axes:
                 raise ConfigError(f"sweep {self.name!r}: baselines are rows of the first axis; add an axis")
+        if self.sft_seeds is not None and (not self.sft_seeds or len(set(self.sft_seeds)) != len(self.sft_seeds)):
+            raise ConfigError(f"sweep {self.name!r}: sft_seeds {self.sft_seeds} must list at least one seed, each once")
+        if self.sft_seeds is not None and not self.sft:
+            raise ConfigError(f"sweep {self.name!r}: sft_seeds is set but `sft:` names no checkpoint to build")
+        for name, ov in self.extra_evals.items():
+            if self.eval_overrides is None:
+                raise ConfigError(f"sweep {self.name!r}: extra_evals.{name} needs eval_overrides (the main pass)")
+            if name == DEFAULT_PASS or slugify(name) != name:
+                raise ConfigError(f"sweep {self.name!r}: extra_evals name {name!r} must be a plain slug other than "
+                                  f"{DEFAULT_PASS!r}, e.g. t1_k4")
+            for item in ov:
+                if "=" not in item:
+                    raise ConfigError(f"sweep {self.name!r}: extra_evals.{name}: override {item!r} is not key=value")
+        for pair in self.contrasts:
+            for name in pair:
+                if name not in self.group_names():
+                    raise ConfigError(f"sweep {self.name!r}: contrast {list(pair)} names {name!r}, which is no grid "
+                                      f"point; use one of {self.group_names()}")
         for combo in self.exclude:
+            if "seeds" in combo and not (isinstance(combo["seeds"], list) and len(combo) > 1):
+                raise ConfigError(f"sweep {self.name!r}: exclude {combo}: `seeds` is a list of seeds beside at least "
+                                  "one axis level, e.g. {variant: probe, seeds: [3, 4]}")
             for axis, level in combo.items():
+                if axis == "seeds":
+                    continue
                 if axis not in self.axes:
                     raise ConfigError(f"sweep {self.name!r}: exclude names axis {axis!r}, which is not one of "
                                       f"{sorted(self.axes)}")
@@ -132,6 +168,39 @@ class SweepConfig(BaseConfig):
                     raise ConfigError(f"sweep {self.name!r}: exclude names level {level!r} of axis {axis!r}; "
                                       f"its levels are {names}")
         return self
+
+    def group_names(self) -> list[str]:
+        """Every grid point's name as `expand_cells` writes it (`axis=level,...`), with the first axis's bare level
+        names as aliases of theirs (a one-axis sweep's contrasts read `[per_role, grpo_env]`)."""
+        first = next(iter(self.axes), None)
+        names = [n for n, _ in axis_levels(first, self.axes[first])] if first else []
+        return [*names, *self.baselines, *(self.group_of(n) for n in names)]
+
+    def group_of(self, name: str) -> str:
+        """A contrast's name as a grid point (`per_role` -> `variant=per_role` on a one-axis sweep)."""
+        if "=" in name or len(self.axes) != 1:
+            return name
+        return f"{next(iter(self.axes))}={name}"
+
+    def contrast_groups(self) -> list[tuple[str, str]]:
+        return [(self.group_of(a), self.group_of(b)) for a, b in self.contrasts]
+
+    def sft_starts(self) -> list[int | None]:
+        """The SFT starts every cell runs from (None: the single start of the specs' own seeds)."""
+        return list(self.sft_seeds) if self.sft_seeds is not None else [None]
+
+    def sft_for(self, start: int | None) -> dict[str, SFTSpec]:
+        """The `sft:` specs of one start: with `sft_seeds`, seed S and <out>/seed_S."""
+        if start is None:
+            return dict(self.sft)
+        return {n: s.model_copy(update={"seed": start, "out": str(Path(s.out) / f"seed_{start}")})
+                for n, s in self.sft.items()}
+
+    def sft_builds(self) -> dict[str, SFTSpec]:
+        """Every SFT checkpoint to build before the cells: `name` (one start) or `name@S` per start."""
+        if self.sft_seeds is None:
+            return dict(self.sft)
+        return {f"{n}@{start}": s for start in self.sft_seeds for n, s in self.sft_for(start).items()}
 
     def default_metrics(self) -> list[str]:
         if self.metrics:
@@ -172,6 +241,9 @@ class CellSpec(BaseConfig):
     experiment: str = Field("envace-sweeps", description="MLflow experiment.")
     store_url: str | None = Field(None, description="Trajectory store.")
     parent_run_id: str | None = Field(None, description="The sweep's MLflow parent run.")
+    sft_seed: int | None = Field(None, description="The SFT start this cell runs from (None: the single start).")
+    extra_evals: dict[str, list[str]] = Field(default_factory=dict,
+                                              description="Further evaluation passes {name: overrides} (SweepConfig).")
     worldbench_data: str | None = Field(None, description="Worldbench data dir to score the cell's world model on "
                                                           "(None: no worldbench scoring).")
     worldbench_score: list[str] = Field(default_factory=list, description="ScoreConfig overrides of that scoring.")
@@ -184,48 +256,54 @@ class CellSpec(BaseConfig):
 
 
 def expand_cells(cfg: SweepConfig, parent_run_id: str | None = None) -> list[CellSpec]:
-    """The sweep's cells: product of the axes (minus excludes) × seeds, in a stable order."""
+    """The sweep's cells: (SFT starts ×) (base rows + product of the axes minus excludes) × seeds, in a stable
+    order: start-major, then as written."""
     axes = [(axis, axis_levels(axis, spec)) for axis, spec in cfg.axes.items()]
-    excluded = [{a: fmt_value(v) for a, v in combo.items()} for combo in cfg.exclude]
+    excluded = [({a: fmt_value(v) for a, v in combo.items() if a != "seeds"}, combo.get("seeds"))
+                for combo in cfg.exclude]
     out_root = Path(cfg.out_dir) / "cells"
     cells: list[CellSpec] = []
     seen: dict[str, str] = {}
-
-    def refs(items: list[str] | None) -> list[str] | None:
-        return None if items is None else [resolve_sft_refs(x, cfg.sft) for x in items]
-
     wb = ({"worldbench_data": str(cfg.worldbench.data_dir(cfg.out_dir)), "worldbench_score": cfg.worldbench.score}
           if cfg.worldbench is not None else {})
     first_axis = next(iter(cfg.axes), None)
-    for level, name in cfg.baselines.items():  # base (no RL) rows: evaluate the SFT model itself
-        levels = {a: (level if a == first_axis else "-") for a in cfg.axes}
-        group = ",".join(f"{a}={lv}" for a, lv in levels.items())
-        for seed in cfg.seeds:
-            cell = f"{group},seed={seed}"
-            seen[slugify(cell)] = cell
-            cells.append(CellSpec(
-                name=cell, group=group, levels=levels, seed=seed, kind="eval", base=None,
-                overrides=[*refs(cfg.eval_overrides), f"model={cfg.sft[name].model_dir()}"], eval_overrides=None,
-                out_dir=str(out_root / slugify(cell)), mlflow_uri=cfg.resolved_mlflow_uri(), experiment=cfg.experiment,
-                store_url=cfg.resolved_store_url(), parent_run_id=parent_run_id, **wb))
-    for combo in itertools.product(*[levels for _, levels in axes]):
-        levels = {axis: level for (axis, _), (level, _) in zip(axes, combo)}
-        if any(all(levels.get(a) == lv for a, lv in ex.items()) for ex in excluded):
-            continue
-        level_overrides = [ov for _, ovs in combo for ov in ovs]
-        group = ",".join(f"{a}={lv}" for a, lv in levels.items())
-        for seed in cfg.seeds:
-            name = f"{group},seed={seed}" if group else f"seed={seed}"
-            slug = slugify(name)
-            if slug in seen:
-                raise ConfigError(f"sweep {cfg.name!r}: cells {seen[slug]!r} and {name!r} map to the same directory "
-                                  f"{slug!r}; rename a level")
-            seen[slug] = name
-            cells.append(CellSpec(
-                name=name, group=group or "all", levels=levels, seed=seed, kind=cfg.kind, base=cfg.base,
-                overrides=refs([*cfg.overrides, *level_overrides]), eval_overrides=refs(cfg.eval_overrides),
-                out_dir=str(out_root / slug), mlflow_uri=cfg.resolved_mlflow_uri(), experiment=cfg.experiment,
-                store_url=cfg.resolved_store_url(), parent_run_id=parent_run_id, **wb))
+
+    def add(name: str, **fields: Any) -> None:
+        slug = slugify(name)
+        if slug in seen:
+            raise ConfigError(f"sweep {cfg.name!r}: cells {seen[slug]!r} and {name!r} map to the same directory "
+                              f"{slug!r}; rename a level")
+        seen[slug] = name
+        cells.append(CellSpec(name=name, out_dir=str(out_root / slug), mlflow_uri=cfg.resolved_mlflow_uri(),
+                              experiment=cfg.experiment, store_url=cfg.resolved_store_url(),
+                              parent_run_id=parent_run_id, extra_evals=dict(cfg.extra_evals), **wb, **fields))
+
+    for start in cfg.sft_starts():
+        sft = cfg.sft_for(start)
+        tag = "" if start is None else f"sft_seed={start},"
+
+        def refs(items: list[str] | None, sft: dict[str, SFTSpec] = sft) -> list[str] | None:
+            return None if items is None else [resolve_sft_refs(x, sft) for x in items]
+
+        for level, name in cfg.baselines.items():  # base (no RL) rows: evaluate the SFT model itself
+            levels = {a: (level if a == first_axis else "-") for a in cfg.axes}
+            group = ",".join(f"{a}={lv}" for a, lv in levels.items())
+            for seed in cfg.seeds:
+                add(f"{group},{tag}seed={seed}", group=group, levels=levels, seed=seed, sft_seed=start, kind="eval",
+                    base=None, overrides=[*refs(cfg.eval_overrides), f"model={sft[name].model_dir()}"],
+                    eval_overrides=None)
+        for combo in itertools.product(*[levels for _, levels in axes]):
+            levels = {axis: level for (axis, _), (level, _) in zip(axes, combo)}
+            matching = [seeds for ex, seeds in excluded if all(levels.get(a) == lv for a, lv in ex.items())]
+            if any(seeds is None for seeds in matching):
+                continue
+            skipped = {s for seeds in matching for s in seeds}
+            level_overrides = [ov for _, ovs in combo for ov in ovs]
+            group = ",".join(f"{a}={lv}" for a, lv in levels.items())
+            for seed in (s for s in cfg.seeds if s not in skipped):
+                add(f"{group},{tag}seed={seed}" if group else f"{tag}seed={seed}", group=group or "all",
+                    levels=levels, seed=seed, sft_seed=start, kind=cfg.kind, base=cfg.base,
+                    overrides=refs([*cfg.overrides, *level_overrides]), eval_overrides=refs(cfg.eval_overrides))
     if not cells:
         raise ConfigError(f"sweep {cfg.name!r}: every combination is excluded; remove an exclude entry")
     return cells

@@ -54,6 +54,10 @@ class AlgoConfig(BaseConfig):
                                                     "the Rehearse prompt rehearse mode would build, token-mean over "
                                                     "those tokens, added to the GRPO loss (envace.trainers.echo; "
                                                     "0 = off).")
+    rehearse_loss_weight: float = Field(1.0, ge=0, allow_inf_nan=False,
+                                        description="Weight of each Rehearse row in the loss and in the token- "
+                                                    "(row-) mean's denominator; 0 = out of the update, as if never "
+                                                    "generated (EnvACE: 1; per_role: only 0 changes anything).")
     grad_noise_scale: bool = Field(True, description="Log the gradient noise scale tr(Sigma)/|G|^2, in prompts, "
                                                      "from a random split-half of each step's prompts "
                                                      "(one gradient copy per micro-batch).")
@@ -165,6 +169,10 @@ class TrainConfig(BaseConfig):
                                         "OpenAI-compatible chat endpoint: a GTM- or Simia-style simulator). It is "
                                         "sent the Rehearse prompt and sampled with rollout.rehearse; "
                                         "rollout.simulator_model=DIR is the shorthand for a local dir.")
+    placebo_simulator: Literal["ack"] | None = Field(
+        None, description="Diagnostic (rollout.mode=simulator): a placebo simulator that answers every call with "
+                          "{\"status\": \"ok\"} "
+                          "(envace.rollout.placebo), a probe of whether the tasks can tell world models apart.")
     flip_advantage_sign: bool = Field(False, description="Diagnostic: negate every advantage; a working loop then "
                                                          "drives the reward down.")
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig,
@@ -189,7 +197,13 @@ class TrainConfig(BaseConfig):
             raise ConfigError(f"both simulator ({self.simulator.label()}) and rollout.simulator_model "
                               f"({self.rollout.simulator_model}) are set; keep one (simulator=null or "
                               "rollout.simulator_model=null)", field="simulator")
-        if self.rollout.mode == "simulator" and self.simulator_slot is None:
+        if self.placebo_simulator is not None and (self.rollout.mode != "simulator" or self.simulator_slot):
+            raise ConfigError(f"placebo_simulator={self.placebo_simulator!r} plays the frozen simulator: it needs "
+                              f"rollout.mode=simulator and no other simulator (rollout.mode={self.rollout.mode!r}"
+                              f"{', simulator ' + self.simulator_slot.label() if self.simulator_slot else ''}); set "
+                              "placebo_simulator=null or rollout.mode=simulator rollout.simulator_model=null",
+                              field="placebo_simulator")
+        if self.rollout.mode == "simulator" and self.simulator_slot is None and self.placebo_simulator is None:
             raise ConfigError("rollout.mode='simulator' needs a frozen simulator: rollout.simulator_model=DIR, "
                               "simulator.model_dir=DIR, or simulator.base_url=URL simulator.model=NAME",
                               field="simulator")

@@ -39,6 +39,7 @@ from envace.data.tasks import load_tasks
 from envace.engines.factory import engine_name, make_engine
 from envace.models.loading import load_policy, pick_device
 from envace.rollout import derive_seed, run_rollout
+from envace.rollout.placebo import PlaceboSimulator
 from envace.tracking.gitinfo import git_commit
 from envace.trainers.checkpoint import latest_checkpoint, load_optimizer_states, own_resume_meta, save_checkpoint
 from envace.trainers.config import TrainConfig
@@ -234,7 +235,10 @@ def _train(cfg: TrainConfig, rehearse_engine: Any = None) -> TrainResult:
         load_optimizer_states(resume, policy.optimizers)
         start = resume.step
     mode = Mode(cfg.rollout.mode)
-    simulator = frozen_simulator(cfg, device) if mode is Mode.SIMULATOR else None
+    simulator = None
+    if mode is Mode.SIMULATOR:
+        simulator = (PlaceboSimulator(policy.tokenizer, cfg.placebo_simulator) if cfg.placebo_simulator
+                     else frozen_simulator(cfg, device))
     env_factory = scorer.env_factory() if mode is Mode.ENV else None
     tracker = RunTracker(cfg, resume_meta=own_resume_meta(resume.meta, out_dir) if resume else None)
     if resume is not None:  # a kill during its MLflow upload left it unrecorded (or its model version missing)
