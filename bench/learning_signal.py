@@ -18,7 +18,10 @@ cached beside the SFT model per (split, tasks, seeds, temperature), so every run
 identical numbers). Metrics: success (verified end state) and checklist reward, greedy and at T=1 with
 `--eval-seeds` samples per task, pass@n next to pass@1. Per method: the change pooled over RL seeds
 (the per-task mean over seeds' checkpoints, paired bootstrap against SFT) and the spread over seeds
-(mean ± t interval of the per-seed changes). Wall time per run is the RL training time.
+(mean ± t interval of the per-seed changes). `--collect` also prints the sweeps' seed-level table
+(envace.sweeps.paired_report: the RL seed as the unit, task-only interval beside it, Holm over the comparisons,
+one table per mode) of every method vs SFT, vs the first method, and each other pair; it is saved as
+`collected_<split>_paired.csv`. Wall time per run is the RL training time.
 """
 
 from __future__ import annotations
@@ -244,6 +247,7 @@ def collect(args, tasks, eval_seeds: list[int]) -> None:
     base = score_checkpoint(args.sft_dir / "model", None, tasks, eval_seeds, args.sft_dir / "eval_cache")
     report: dict = {"runs": {}}
     per_method: dict[str, list[dict[str, TaskScores]]] = {}
+    collected: list[tuple[str, int, str, dict[str, TaskScores]]] = []  # (method[ (tag)], RL seed, where, scores)
     for d in args.collect:
         rep = json.loads((Path(d) / "report.json").read_text())
         for name, run in rep["runs"].items():
@@ -253,6 +257,8 @@ def collect(args, tasks, eval_seeds: list[int]) -> None:
             act, reh = final_models(run_dir)
             scores = score_checkpoint(act, reh, tasks, eval_seeds, run_dir / "eval_cache")
             per_method.setdefault(run["method"], []).append(scores)
+            label = f"{run['method']} ({run['tag']})" if run.get("tag") else run["method"]
+            collected.append((label, int(run["seed"]), str(run_dir), scores))
             report["runs"][f"{Path(d).name}/{name}"] = {
                 **run, "split": args.split,
                 "greedy": row_of(compare(base["greedy"], scores["greedy"], n_boot=args.n_boot)),
@@ -261,8 +267,34 @@ def collect(args, tasks, eval_seeds: list[int]) -> None:
     report["between_methods"] = between_methods(per_method, args.n_boot)
     report["aa"] = aa_check(base, args.n_boot)
     print_table(report)
+    table = seed_level_table(base, collected, args.n_boot, str(args.sft_dir / "model"))
+    from envace.sweeps.paired_report import markdown_paired
+
+    print(f"\nseed-level paired comparisons (one table per mode):\n{markdown_paired(table)}")
+    report["seed_level"] = json.loads(table.to_json(orient="records"))  # NaN -> null
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    table.to_csv(Path(args.out) / f"collected_{args.split}_paired.csv", index=False)
     (Path(args.out) / f"collected_{args.split}.json").write_text(json.dumps(report, indent=2))
+
+
+def seed_level_table(base: dict[str, TaskScores], runs: list[tuple[str, int, str, dict[str, TaskScores]]],
+                     n_boot: int, sft_model: str):
+    """The sweeps' seed-level table (envace.sweeps.paired_report.paired_table) of collected runs: the SFT model
+    is every RL seed's base row (one SFT start), each method a trained arm; passes = modes (greedy, t1);
+    contrasts: every pair of methods past the first (the first is the reference of the others)."""
+    from envace.sweeps.paired_report import Cell, paired_table
+
+    where: dict[tuple[str, int], str] = {}
+    cells = [Cell(f"sft,seed={s}", "sft", "eval", 0, s, sft_model, dict(base)) for s in sorted({r[1] for r in runs})]
+    for method, seed, run_dir, scores in runs:
+        if (method, seed) in where:
+            raise SystemExit(f"--collect: {method} RL seed {seed} is in {where[(method, seed)]} and in {run_dir}; "
+                             "give the invocations different --tag values, or collect one of them")
+        where[(method, seed)] = run_dir
+        cells.append(Cell(f"{method},seed={seed}", method, "train", 0, seed, sft_model, dict(scores)))
+    methods = list(dict.fromkeys(r[0] for r in runs))
+    contrasts = [(b, a) for i, a in enumerate(methods[1:], 1) for b in methods[i + 1:]]
+    return paired_table(cells, contrasts=contrasts, n_boot=n_boot)
 
 
 def _pooled(runs: list[dict[str, TaskScores]], mode: str, metric: str) -> np.ndarray:

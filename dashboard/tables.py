@@ -156,6 +156,47 @@ def sweep_table(df: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
     return out
 
 
+PAIRED_IDS = ("comparison", "kind", "pass", "starts", "seeds", "n", "tasks")
+PAIRED_STATS = ("diff", "task_lo", "task_hi", "seed_t_lo", "seed_t_hi", "seed_boot_lo", "seed_boot_hi", "k_improved",
+                "p", "p_holm", "verdict", "iqm_a", "iqm_b", "poi")
+
+
+def paired_metrics(df: pd.DataFrame) -> list[str]:
+    """The metrics of the sweep flow's seed-level paired table (envace.sweeps.paired_report): `<m>_verdict`."""
+    return [str(c)[:-len("_verdict")] for c in df.columns if str(c).endswith("_verdict")]
+
+
+def _fmt(x: Any, spec: str) -> str:
+    return "—" if x is None or pd.isna(x) else format(x, spec)
+
+
+def paired_frame(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One metric of the paired table as display text: Δ, the task-only / seed-t / seed-boot 95 % intervals,
+    k of n runs improved, p, Holm's p, IQM of each side, P(A > B) and the verdict. Raises ValueError naming
+    the missing columns (a paired.csv written before the seed-level report has no `pass` nor `<m>_seed_t_lo`)."""
+    need = [*PAIRED_IDS, *(f"{metric}_{s}" for s in PAIRED_STATS)]
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise ValueError(f"paired table lacks column(s) {missing} (columns: {list(df.columns)}); the sweep flow "
+                         "writes the seed-level table: run the sweep again (finished cells are cached)")
+
+    def iv(r: Any, name: str) -> str:
+        lo, hi = r[f"{metric}_{name}_lo"], r[f"{metric}_{name}_hi"]
+        return "—" if pd.isna(lo) or pd.isna(hi) else f"[{lo:+.3f}, {hi:+.3f}]"
+
+    rows = [{"comparison": r["comparison"], "kind": r["kind"], "pass": r["pass"], "starts": r["starts"],
+             "seeds": r["seeds"], "tasks": _fmt(r["tasks"], ".0f"), "Δ": _fmt(r[f"{metric}_diff"], "+.3f"),
+             "task-only 95%": iv(r, "task"), "seed-t 95%": iv(r, "seed_t"), "seed-boot 95%": iv(r, "seed_boot"),
+             "improved": f"{_fmt(r[f'{metric}_k_improved'], '.0f')}/{_fmt(r['n'], '.0f')}",
+             "p": _fmt(r[f"{metric}_p"], ".3g"), "p (Holm)": _fmt(r[f"{metric}_p_holm"], ".3g"),
+             "IQM A / B": f"{_fmt(r[f'{metric}_iqm_a'], '.3f')} / {_fmt(r[f'{metric}_iqm_b'], '.3f')}",
+             "P(A > B)": _fmt(r[f"{metric}_poi"], ".2f"), "verdict": str(r[f"{metric}_verdict"])}
+            for _, r in df.iterrows()]
+    return pd.DataFrame(rows, columns=["comparison", "kind", "pass", "starts", "seeds", "tasks", "Δ", "task-only 95%",
+                                       "seed-t 95%", "seed-boot 95%", "improved", "p", "p (Holm)", "IQM A / B",
+                                       "P(A > B)", "verdict"])
+
+
 def curves_frame(df: pd.DataFrame) -> pd.DataFrame:
     """The sweep flow's per-arm curves (envace.sweeps.curves: group, metric, step, n, mean, low, high), steps as
     integers. Raises ValueError naming the missing columns."""

@@ -349,6 +349,25 @@ def sweep_run(config: Path):
         raise typer.Exit(1)
 
 
+@sweep_app.command("export")
+def sweep_export(sweep_out_dir: Path, dest: Path):
+    """Write a finished sweep's per-episode outcomes (outcomes.csv.gz) and per-cell metrics (cells.csv) to DEST."""
+    from envace.sweeps.outcomes import export_outcomes
+
+    paths = export_outcomes(sweep_out_dir, dest)
+    typer.echo(json.dumps({name: str(p) for name, p in paths.items()}, indent=2))
+
+
+@sweep_app.command("analyze")
+def sweep_analyze(dest: Path, n_boot: int = typer.Option(10_000, help="Bootstrap resamples per interval.")):
+    """Recompute a sweep's report (report.md, paired.csv) from the files `envace sweep export` wrote to DEST."""
+    from envace.sweeps.outcomes import analyze
+
+    out = analyze(dest, n_boot=n_boot)
+    typer.echo(out["markdown"])
+    typer.echo(f"analyzed in {out['wall_s']:.1f} s; wrote {out['paths']['report.md']} and {out['paths']['paired.csv']}")
+
+
 @sweep_app.command("schedule")
 def sweep_schedule(config: Path, cron: str = typer.Option(..., help="Cron expression, e.g. '0 3 * * *'.")):
     """Serve the sweep as a Prefect deployment on a cron schedule."""

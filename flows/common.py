@@ -51,6 +51,7 @@ from envace.secrets import mask_text
 from envace.sweeps.cells import calls_endpoint, cell_cache_key, resolve_cell_config, run_cell
 from envace.sweeps.curves import markdown_curves, sweep_curves, write_curves
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
+from envace.sweeps.outcomes import write_records
 from envace.sweeps.paired_report import markdown_paired, paired_report
 from envace.sweeps.prepare import SFTSpec, build_sft, parallel_threads
 from envace.sweeps.ray_runner import RunnerKind, cell_resources, ray_task_runner
@@ -252,7 +253,8 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
             "child_runs": {o.spec.name: o.record.get("mlflow_run_id") for o in outcomes if o.record},
             "table": [{k: _clean(v) for k, v in row.items()} for row in table.to_dict("records")],
         }
-        paired = paired_report(records)  # per-task paired differences (vs base, vs the reference level)
+        # seed-level paired comparisons (vs base, vs the reference level, the sweep's contrasts), one table per pass
+        paired = paired_report(records, contrasts=cfg.contrast_groups())
         summary["paired"] = [{k: _clean(v) for k, v in row.items()} for row in paired.to_dict("records")]
         world = tracking = None
         if cfg.worldbench is not None:  # task gain vs world-model gain per arm, against its base row
@@ -265,6 +267,8 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
         if not paired.empty:
             paths["paired.csv"] = out / "results" / "paired.csv"
             paired.to_csv(paths["paired.csv"], index=False)
+        # the records `envace sweep export` turns into compact outcome files for a re-analysis without training
+        paths["records.json"] = write_records(out / "results", records, out_dir=out, contrasts=cfg.contrast_groups())
         if world is not None:
             paths.update(write_world_models(out / "results", world, tracking))
         curves = sweep_curves(records, cfg.resolved_mlflow_uri())  # per-arm training curves, seeds pooled
@@ -282,7 +286,7 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
     create_table_artifact(table=summary["table"], key=f"{key}-results",
                           description=f"sweep {cfg.name}: mean ± 95% CI over seeds {cfg.seeds}")
     failures = "\n".join(f"- **{name}**: {err}" for name, err in failed.items()) or "none"
-    create_markdown_artifact(f"## {cfg.name}\n\n{markdown_table(table)}\n\n### Paired per-task differences\n"
+    create_markdown_artifact(f"## {cfg.name}\n\n{markdown_table(table)}\n\n### Paired comparisons (seed level)\n"
                              f"{markdown_paired(paired)}\n\n"
                              + (f"### Task gain vs world-model gain\n{markdown_world_models(world)}\n\n"
                                 f"{markdown_tracking(tracking)}\n\n" if world is not None else "")

@@ -1,5 +1,6 @@
 """Sweeps: the ablation table (mean ± 95 % CI per grid point, as the sweep flow logged it in
-`sweep/results.csv`), the per-arm training curves (`sweep/curves.csv`: mean over seeds per step, 95 % band)
+`sweep/results.csv`), the seed-level paired comparisons (`sweep/paired.csv`, one table per evaluation pass),
+the per-arm training curves (`sweep/curves.csv`: mean over seeds per step, 95 % band)
 and the test-time-rehearsal chart (score vs N, one line per mode, from
 `tts/results.csv`), read from MLflow artifacts."""
 
@@ -13,10 +14,21 @@ import streamlit as st
 
 from dashboard import mlflow_data as md
 from dashboard.common import require_mlflow, settings
-from dashboard.tables import curves_frame, label_column, read_csv, sweep_table, tts_frame, tts_lines
+from dashboard.tables import (
+    curves_frame,
+    label_column,
+    paired_frame,
+    paired_metrics,
+    read_csv,
+    sweep_table,
+    tts_frame,
+    tts_lines,
+)
+from envace.sweeps.paired_report import header_line
 
 SWEEP_CSV = "sweep/results.csv"
 CURVES_CSV = "sweep/curves.csv"
+PAIRED_CSV = "sweep/paired.csv"
 TTS_CSV = "tts/results.csv"
 PREFERRED_METRICS = ("score", "reward", "success")
 
@@ -53,6 +65,23 @@ if table is not None:
         fig.update_layout(title=f"mean ± 95% CI{'' if metric is None else ' · ' + html.escape(metric)}",
                           height=340, margin=dict(l=10, r=10, t=40, b=10))
         st.plotly_chart(fig, key=f"sweep-chart-{metric}")
+
+st.header("Paired comparisons (seed level)")
+paired = pick_table(PAIRED_CSV, "paired comparisons", "Sweep run (paired)", "paired_run",
+                    lambda df: df.assign(**{"pass": df["pass"].astype(str)}) if "pass" in df.columns else df)
+if paired is not None:
+    metrics = paired_metrics(paired) or ["success"]
+    metric = st.selectbox("Metric", metrics, key="paired_metric")
+    for pass_name in dict.fromkeys(paired["pass"]) if "pass" in paired.columns else [None]:
+        part = paired if pass_name is None else paired[paired["pass"] == pass_name]
+        try:
+            shown = paired_frame(part, metric)
+        except ValueError as exc:
+            st.error(str(exc))
+            break
+        st.subheader(f"pass {pass_name}")
+        st.caption(header_line(part))
+        st.dataframe(shown, hide_index=True, key=f"paired-{pass_name}")
 
 st.header("Training curves per arm")
 curves = pick_table(CURVES_CSV, "per-arm curves", "Sweep run (curves)", "curves_run", curves_frame)

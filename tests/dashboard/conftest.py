@@ -19,12 +19,14 @@ import pytest
 
 from envace.benchmarks.base import BenchmarkResult
 from envace.benchmarks.report import report_dict
+from envace.evaluation.paired import TaskScores
 from envace.store.query import TrajectoryFilter, list_trajectories
 from envace.store.runs import RunInfo
 from envace.store.session import read_only_session
 from envace.store.synthetic import synthetic_trajectory
 from envace.store.writer import TrajectoryWriter
 from envace.sweeps.curves import curves_table
+from envace.sweeps.paired_report import Cell, paired_table
 from envace.sweeps.results import summarize
 from envace.tracking.mlflow_run import resolve_tracking_uri, start_run
 from envace.types import (
@@ -64,6 +66,13 @@ CURVE_EXPECTED = {"envace": ([0, 1], [0.5, 0.7], [0.0, 1.2706205]), "envace_t001
 # the TTS flow runs N = 0 (the plain run) once (under the first mode); one seed each
 TTS_CELLS = {(0, "parallel"): 0.40, (2, "parallel"): 0.45, (3, "parallel"): 0.47, (2, "sequential"): 0.48,
              (3, "sequential"): 0.50}
+# the sweep's seed-level paired table (envace.sweeps.paired_report.paired_table) on 4 tasks x 3 seeds, one pass:
+# per seed envace - base = [0.75, 0.75, 1.0] -> Δ 0.833, se 1/12, t = 10, p (2 df) = 1 - 10 / sqrt(102) = 0.00985
+# (one comparison: Holm leaves it), all 3 seeds improved, IQM envace 1.000 / base 0.167, P(A > B) 1
+PAIRED_SUCCESS = {"variant=base": [[0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, 0]],
+                  "variant=envace": [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]}
+PAIRED_EXPECTED = {"comparison": "variant=envace − variant=base", "Δ": "+0.833", "improved": "3/3", "p": "0.00985",
+                   "p (Holm)": "0.00985", "IQM A / B": "1.000 / 0.167", "P(A > B)": "1.00", "verdict": "A > B"}
 OURS = {"bfcl": 0.30, "tau2": 0.20, "vita": 0.10}  # fractions; the report shows percent; Overall 20.0
 
 
@@ -158,8 +167,14 @@ def _write_mlflow(root: Path) -> tuple[str, dict[str, str]]:
     histories = [(g, {"shadow/exact_match": {step: vals[i] for step, vals in by_step.items()}})
                  for g, by_step in CURVE_SEEDS.items() for i in range(len(by_step[0]))]
     curves_table(histories).to_csv(tables / "sweep" / "curves.csv", index=False)
+    cells = [Cell(f"{g},seed={seed}", g, "eval" if g.endswith("base") else "train", 0, seed, "/models/sft",
+                  {"default": TaskScores(["t0", "t1", "t2", "t3"], [seed], 1, 0.0, [[v] for v in succ],
+                                         [[v / 2] for v in succ])})
+             for g, per_seed in PAIRED_SUCCESS.items() for seed, succ in enumerate(per_seed)]
+    paired_table(cells, n_boot=200).to_csv(tables / "sweep" / "paired.csv", index=False)
     with start_run(root, "sweeps", "paper-ablations") as r:
         r.log_artifact(tables / "sweep" / "results.csv", "sweep")
+        r.log_artifact(tables / "sweep" / "paired.csv", "sweep")
         r.log_artifact(tables / "sweep" / "curves.csv", "sweep")
         r.log_artifact(tables / "tts" / "results.csv", "tts")
         ids["sweep"] = r.run_id

@@ -241,6 +241,10 @@ def test_sweeps_page_shows_ablation_table_and_tts_chart(dc, dash_env):
     for group, (steps, means, halves) in dc.CURVE_EXPECTED.items():
         assert curves[group][0] == steps
         assert curves[group][1] == pytest.approx(means) and curves[group][2] == pytest.approx(halves)
+    paired = frame(at, "seed-t 95%")
+    assert len(paired) == 1 and paired.iloc[0]["pass"] == "default"
+    assert {k: paired.iloc[0][k] for k in dc.PAIRED_EXPECTED} == dc.PAIRED_EXPECTED
+    assert any("Unit of inference" in c.value and "Holm over the m = 1" in c.value for c in at.caption)
     tts = chart(at, "score vs N")["data"]
     got = {t["name"]: list(zip(t["x"], t["y"])) for t in tts}
     base = dc.TTS_CELLS[(0, "parallel")]  # N = 0 (the plain run) is shared: it starts both lines
@@ -253,6 +257,7 @@ def test_sweeps_and_benchmarks_empty_states(monkeypatch, seeded, empty_mlflow):
     at = open_page("sweeps")
     infos = " ".join(i.value for i in at.info)
     assert "No sweeps yet" in infos and "No TTS sweeps yet" in infos and not charts(at)
+    assert "No paired comparisons yet" in infos
     at = open_page("benchmarks")
     assert "No benchmark reports yet" in at.info[0].value
 

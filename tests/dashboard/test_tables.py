@@ -17,6 +17,8 @@ from dashboard.tables import (
     group_keys,
     key_params,
     label_column,
+    paired_frame,
+    paired_metrics,
     read_csv,
     run_method,
     sweep_table,
@@ -143,3 +145,30 @@ def test_tts_lines_of_a_base_vs_trained_sweep_start_from_each_models_plain_run()
     assert {m: [p[:2] for p in ps] for m, ps in lines.items()} == {
         "final · parallel": [(0, 0.5), (1, 0.6)], "final · sequential": [(0, 0.5), (1, 0.7)],
         "model · parallel": [(0, 0.1), (1, 0.2)], "model · sequential": [(0, 0.1), (1, 0.3)]}
+
+
+def test_paired_frame_shows_one_metric_as_text():
+    row = {"comparison": "a − b", "kind": "vs base", "pass": "default", "arm": "a", "comparator": "b", "starts": "0",
+           "seeds": "0,1,2", "n": 3, "tasks": 100, "samples": 1}
+    for m, d in (("success", 0.05), ("reward", 0.02)):
+        row.update({f"{m}_diff": d, f"{m}_task_lo": 0.01, f"{m}_task_hi": 0.09, f"{m}_seed_t_lo": -0.1,
+                    f"{m}_seed_t_hi": 0.2, f"{m}_seed_boot_lo": -0.02, f"{m}_seed_boot_hi": 0.12,
+                    f"{m}_k_improved": 2, f"{m}_p": 0.31234, f"{m}_p_holm": 0.6, f"{m}_iqm_a": 0.5, f"{m}_iqm_b": 0.45,
+                    f"{m}_poi": 0.6667, f"{m}_verdict": "no difference detected, |Δ| < 0.201"})
+    missing = dict(row, comparison="a − c", n=0, tasks=float("nan"), success_diff=float("nan"),
+                   success_seed_t_lo=float("nan"), success_k_improved=float("nan"),
+                   success_verdict="not computed: no finished cell of c kept per-episode outcomes")
+    df = pd.DataFrame([row, missing])
+    assert paired_metrics(df) == ["success", "reward"]
+    shown = paired_frame(df, "success")
+    assert shown.iloc[0].to_dict() == {
+        "comparison": "a − b", "kind": "vs base", "pass": "default", "starts": "0", "seeds": "0,1,2", "tasks": "100",
+        "Δ": "+0.050", "task-only 95%": "[+0.010, +0.090]", "seed-t 95%": "[-0.100, +0.200]",
+        "seed-boot 95%": "[-0.020, +0.120]", "improved": "2/3", "p": "0.312", "p (Holm)": "0.6",
+        "IQM A / B": "0.500 / 0.450", "P(A > B)": "0.67", "verdict": "no difference detected, |Δ| < 0.201"}
+    gone = shown.iloc[1]
+    assert (gone["Δ"], gone["seed-t 95%"], gone["improved"], gone["tasks"]) == ("—", "—", "—/0", "—")
+    old = pd.DataFrame([{"comparison": "a − b", "kind": "vs base", "seeds": "0,1", "success_diff": 0.1,
+                         "success_lo": 0.0, "success_hi": 0.2}])
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['pass'"):
+        paired_frame(old, "success")

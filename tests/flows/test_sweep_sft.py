@@ -44,7 +44,10 @@ def test_sweep_builds_its_sft_once_and_reports_the_base_row(prefect_harness, wri
     assert row["comparison"] == "variant=envace − variant=base" and row["seeds"] == 0
     assert row["success_diff"] == pytest.approx(trained.data.metrics["eval/world/success"]
                                                 - base_run.data.metrics["eval/world/success"])
-    assert row["success_lo"] <= row["success_diff"] <= row["success_hi"]
+    assert row["success_task_lo"] <= row["success_diff"] <= row["success_task_hi"]
+    assert row["n"] == 1 and row["success_verdict"] == "fewer than 3 seeds: no seed-level claim"
+    # the records a re-analysis without training starts from
+    assert (Path(first["out_dir"]) / "results" / "records.json").is_file()
     assert first["paired"][0]["comparison"] == row["comparison"]
 
     again = run_sweep_from_file(path)
