@@ -16,6 +16,11 @@ this one), then the earlier calls of the latest Act output, then this call. Iden
 output are told apart by their order among the requests of one `generate` batch (the embedded rollout
 sends an episode's calls in order in one batch; a server that receives them concurrently must not see
 duplicates). Assumes the model's text holds no section header of the Rehearse prompt.
+
+Sampling settings: the world answers one way, so seed and temperature change nothing (every request is
+answered as a greedy one would be); `max_new_tokens` is kept as by any engine — a longer answer is cut there
+(finish_reason "length", and the cut result then fails to parse), so give the Rehearse seat room for the world's
+answers when comparing with env mode.
 """
 
 from __future__ import annotations
@@ -115,5 +120,9 @@ class OracleRehearser:
         for req in requests:
             text = self.answer(self.tokenizer.decode(req.prompt_ids, skip_special_tokens=False), seen)
             ids = self.tokenizer.encode(text, add_special_tokens=False)
-            out.append(GenResult(token_ids=ids, logprobs=[0.0] * len(ids), text=text))
+            finish = "stop"
+            if len(ids) > req.max_new_tokens:
+                ids, finish = ids[: req.max_new_tokens], "length"
+                text = self.tokenizer.decode(ids, skip_special_tokens=False)
+            out.append(GenResult(token_ids=ids, logprobs=[0.0] * len(ids), text=text, finish_reason=finish))
         return out

@@ -3,7 +3,9 @@ rows' old log-probs and advantages through the configured policy loss, plus the 
 terms, scaled by the micro-batch's share of its mini-batch (token share for token-mean aggregation, row
 share otherwise), with the detached readings the update's per-role metrics add up. Used by
 envace.trainers.update for every micro-batch, one at a time or two in thread shards; the arithmetic is the
-paper's role-wise GRPO / PPO-clip objective, nothing departs from it here.
+paper's role-wise GRPO / PPO-clip objective. One knob beyond it: `algo.rehearse_loss_weight` w weighs each
+Rehearse token (row) in the loss and in the share's denominator (`role_weight`, `weighted_count`; a
+micro-batch holds one role, so its share is w x its tokens over the weighted count); w = 1 is the paper's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from envace.algos import POLICY_LOSSES, aggregate, kl_penalty
 from envace.trainers.config import AlgoConfig
 from envace.trainers.packing import Pack, packed_logprobs
 from envace.trainers.train_rows import TrainRow
+from envace.types import Role
 
 
 @dataclass
@@ -34,6 +37,18 @@ class MicroOut:
     kl: float | None
 
 
+def role_weight(algo: AlgoConfig, role: Role) -> float:
+    """A row's weight in the loss and its denominator: `algo.rehearse_loss_weight` for Rehearse, else 1."""
+    return algo.rehearse_loss_weight if role is Role.REHEARSE else 1.0
+
+
+def weighted_count(algo: AlgoConfig, packs: list[Pack]) -> tuple[float, float]:
+    """(loss tokens, rows) of `packs`, each weighted by its role's `role_weight`: the mini-batch's denominators."""
+    tokens = sum(role_weight(algo, p.role) * p.loss_tokens for p in packs)
+    rows = sum(role_weight(algo, p.role) * len(p.segments) for p in packs)
+    return tokens, rows
+
+
 def pad_rows(seqs: list, length: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Ragged per-row values as a zero-padded (rows, length) tensor."""
     out = torch.zeros(len(seqs), length, dtype=dtype, device=device)
@@ -44,7 +59,8 @@ def pad_rows(seqs: list, length: int, dtype: torch.dtype, device) -> torch.Tenso
 
 class MicroBatchLoss:
     """`loss(mb, n_tok, n_rows)`: the micro-batch's MicroOut, for a mini-batch of `n_tok` loss tokens and
-    `n_rows` rows. `ref`: each row's reference log-probs (KL on), or None."""
+    `n_rows` rows, each counted at its role's weight (`weighted_count`). `ref`: each row's reference log-probs
+    (KL on), or None."""
 
     def __init__(self, model, rows: list[TrainRow], algo: AlgoConfig, pad_id: int, max_tokens: int | None,
                  full_logits: bool, ref: dict[int, torch.Tensor] | None) -> None:
@@ -53,7 +69,7 @@ class MicroBatchLoss:
         self.loss_fn = POLICY_LOSSES.get(algo.loss)
         self.device = next(model.parameters()).device
 
-    def __call__(self, mb: list[Pack], n_tok: int, n_rows: int) -> MicroOut:
+    def __call__(self, mb: list[Pack], n_tok: float, n_rows: float) -> MicroOut:
         algo = self.algo
         out = packed_logprobs(self.model, mb, self.rows, self.pad_id, with_entropy=True, max_tokens=self.max_tokens,
                               entropy_grad=algo.entropy_coef > 0, full_logits=self.full_logits)
@@ -71,7 +87,8 @@ class MicroBatchLoss:
         if algo.entropy_coef > 0:
             loss = loss - algo.entropy_coef * aggregate(ent, mask, algo.agg)
         tokens = int(mask.sum().item())
-        share = tokens / n_tok if algo.agg == "token-mean" else len(rows) / n_rows
+        weight = role_weight(algo, mb[0].role)  # one role per micro-batch (envace.trainers.packing)
+        share = weight * (tokens / n_tok if algo.agg == "token-mean" else len(rows) / n_rows)
         scaled = loss * share
         with torch.no_grad():
             return MicroOut(scaled=scaled, loss=float(loss.item()), share=share, tokens=tokens,
@@ -79,7 +96,7 @@ class MicroBatchLoss:
                             entropy=float((ent * mask).sum()), logprob=float((logp * mask).sum()),
                             kl=float((kl * mask).sum()) if kl is not None else None)
 
-    def with_loss(self, mb: list[Pack], n_tok: int, n_rows: int) -> tuple[torch.Tensor, MicroOut]:
+    def with_loss(self, mb: list[Pack], n_tok: float, n_rows: float) -> tuple[torch.Tensor, MicroOut]:
         """(the scaled loss, the MicroOut): the closure form `ShardRunner.grads` takes."""
         out = self(mb, n_tok, n_rows)
         return out.scaled, out

@@ -15,7 +15,9 @@ first epoch is 1 and later ones move as the policy does). Token-mean aggregation
 mini-batch, not per micro-batch: each micro-batch's mean is rescaled by its share of the mini-batch's
 tokens (rows for the seq-mean modes), so the result depends neither on the micro-batch size nor on the
 packing. Rows without a score (NaN reward: a judge error) are left out before packing, so neither their
-tokens nor their rows count in any aggregation's denominator (KL and entropy terms included). Per-role
+tokens nor their rows count in any aggregation's denominator (KL and entropy terms included); so are Rehearse
+rows at `algo.rehearse_loss_weight` 0, and another weight w counts each Rehearse token (row) w times in the
+loss and in its denominator (envace.trainers.micro_loss). Per-role
 metrics are the loss function's own (approx KL, ratio mean, clip and dual-clip fractions), token-weighted
 over all optimizer steps, plus entropy, reference KL, and the gradient noise scale
 (`envace.trainers.noise_scale`, first epoch: the on-policy gradient; the step then runs a random half
@@ -50,7 +52,7 @@ import torch
 from envace.engines.logprobs import prefix_supported
 from envace.thread_shards import ShardRunner, add_grads
 from envace.trainers.config import AlgoConfig
-from envace.trainers.micro_loss import MicroBatchLoss
+from envace.trainers.micro_loss import MicroBatchLoss, weighted_count
 from envace.trainers.noise_scale import NoiseAccumulator, split_half
 from envace.trainers.packing import (
     Pack,
@@ -155,6 +157,7 @@ class _Updater:
                if track else [(0, mb) for mb in micro_batches(packs, self.micro_batch, self.max_tokens)])
         n_rows = sum(len(p.segments) for p in packs)
         n_tok = sum(p.loss_tokens for p in packs)
+        den_tok, den_rows = weighted_count(algo, packs)  # the loss's denominators (Rehearse rows weighted)
         prev = None
         half_grad: dict[tuple[str, int], torch.Tensor] = {}  # (role or "all", half) -> summed share-weighted grad
         half_share: dict[tuple[str, int], float] = defaultdict(float)
@@ -164,7 +167,7 @@ class _Updater:
         step_sums: dict[str, float] = defaultdict(float)
         if epoch == 0:
             self.forward_tokens += sum(padded_tokens(mb, self.max_tokens) for _, mb in mbs)
-        for half, out in self._run_micro_batches(mbs, n_tok, n_rows):
+        for half, out in self._run_micro_batches(mbs, den_tok, den_rows):
             total_loss += out.loss * out.share
             role, tokens = out.role, out.tokens
             s = self.sums[role]
@@ -215,7 +218,7 @@ class _Updater:
                          tokens=n_tok, metrics={k: v / max(n_tok, 1) for k, v in step_sums.items()},
                          echo_nll=echo_nll, echo_tokens=echo_tok)
 
-    def _run_micro_batches(self, mbs: list[tuple[int, list[Pack]]], n_tok: int, n_rows: int):
+    def _run_micro_batches(self, mbs: list[tuple[int, list[Pack]]], n_tok: float, n_rows: float):
         """Yield (half, the micro-batch's MicroOut) in order, each micro-batch's gradient already added to
         `.grad` (a reader sees the running sum, as after its own backward). With a shard runner the
         micro-batches run `n_threads` at a time, each forward and backward in its own thread; their
@@ -295,12 +298,15 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
                   echo_coef: float = 0.0, shards: int | None = None) -> UpdateResult:
     """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps on `rows` (a forward takes at most
     `micro_batch` sequences and `max_tokens` padded tokens). `seed` orders the mini-batches; `full_logits`
-    forces the reference full-vocabulary head. Rows whose reward is NaN (unscored) are not trained on.
+    forces the reference full-vocabulary head. Rows whose reward is NaN (unscored) are not trained on, nor Rehearse
+    rows at `algo.rehearse_loss_weight` 0 (another weight scales their loss and their share of the denominator).
     `clip_per_role`: each role's gradient is clipped to `grad_clip` on its own before they are added.
     `echo_rows` with `echo_coef` > 0: supervised Rehearse rows whose token-mean NLL is added (module docstring).
     `shards`: micro-batches run this many at a time in thread shards (CPU only; None: one per torch thread)."""
     model.train()
     rows = [r for r in rows if not math.isnan(r.reward)]  # unscored: out of every denominator
+    if algo.rehearse_loss_weight == 0:  # weight 0: out of the update altogether, metrics included
+        rows = [r for r in rows if r.role is not Role.REHEARSE]
     mode = PackMode(algo.pack)
     if mode in (PackMode.PREFIX, PackMode.AUTO) and (prefix_supported(model) is not None
                                     or (ref_model is not None and prefix_supported(ref_model) is not None)):

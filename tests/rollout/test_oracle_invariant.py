@@ -2,16 +2,23 @@
 environment's answer (envace.rollout.oracle), rehearse mode and env mode with the same seeds give the same
 Act tokens, terminations, rewards and Act-row advantages, under every setting of the episode rules that
 is meant to treat the modes alike; the rules meant to differ by mode (the reference's) break it, which
-shows the comparison can fail. Episodes are scripted (tests/scripted_episodes.py) on tool-world tasks."""
+shows the comparison can fail. Episodes are scripted (tests/scripted_episodes.py) on tool-world tasks; Act
+samples at temperature 1 and gives up on a seeded share of its turns, so the K samples of a task differ,
+their rewards too, and the Act advantages compared are not all 0 (a baseline that mixed in Rehearse rows, which
+only rehearse mode has, would show). The scripted engines' own sampling contract is checked at the end."""
 
 from __future__ import annotations
 
 import pytest
-from scripted_episodes import PLANS, ScriptedAct, plan
+from scripted_episodes import GIVE_UP, PLANS, ScriptedAct, plan
 
 from envace.config import RolloutConfig, SamplingConfig
+from envace.engines.base import GenRequest
+from envace.roles.act import act_prompt_ids
+from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids
 from envace.rollout import run_rollout
 from envace.rollout.oracle import OracleRehearser
+from envace.toolcall import render_tool_call
 from envace.trainers.rewarding import RewardScorer
 from envace.trainers.train_rows import assign_advantages, build_rows
 from envace.types import Mode, Role, TerminationReason
@@ -20,6 +27,7 @@ from envace.worlds.generator import generate_tasks
 
 ALIKE = [{}, {"invalid_call": "end"}, {"error_observation": "end"}, {"rehearse_parse_failure": "observe"},
          {"max_context_tokens": 1100}]  # 1100: some Rehearse prompts (full style) no longer fit, in both modes
+K, SLIP = 3, 0.25  # samples per task; the share of Act turns on which the script gives up (seeded)
 
 
 @pytest.fixture(scope="module")
@@ -40,20 +48,20 @@ def cfg_of(**kw) -> RolloutConfig:
 
 
 def episodes(world, kind: str, mode: Mode, cfg: RolloutConfig):
-    """Scored trajectories (k=2 per task) and their rows with role-wise GRPO advantages."""
+    """Scored trajectories (K per task) and their rows with role-wise GRPO advantages."""
     tasks, tok = world
     out = []
     for i, task in enumerate(tasks[:6]):
         texts = plan(task, kind)
-        act = ScriptedAct(tok, texts)
+        act = ScriptedAct(tok, texts, slip=SLIP)
         policy = {Role.ACT: act, Role.REHEARSE: OracleRehearser(tok, [task], WorldEnvironment)}
         scorer = RewardScorer("checklist_rule")
-        trajs = run_rollout([task], k=2, policy=act if mode is Mode.ENV else policy, cfg=cfg, mode=mode,
+        trajs = run_rollout([task], k=K, policy=act if mode is Mode.ENV else policy, cfg=cfg, mode=mode,
                             env_factory=WorldEnvironment, step=3, seed=11 + i, turn_gate=scorer.turn_gate)
         scorer.score(trajs)
         out.extend(trajs)
     for n, t in enumerate(out):
-        t.prompt_index = n // 2
+        t.prompt_index = n // K
     rows = build_rows(out)
     assign_advantages(rows, "role_grpo", "per_output", False)
     return out, rows
@@ -69,7 +77,7 @@ def summary(trajs, rows):
 @pytest.mark.parametrize("rules", ALIKE, ids=lambda r: ",".join(f"{k}={v}" for k, v in r.items()) or "defaults")
 def test_oracle_rehearsal_equals_the_real_environment(world, rules):
     cfg = cfg_of(**rules)
-    seen, rehearsed = set(), False
+    seen, rehearsed, signal = set(), False, 0
     for kind in PLANS:
         reh, reh_rows = episodes(world, kind, Mode.REHEARSE, cfg)
         env, env_rows = episodes(world, kind, Mode.ENV, cfg)
@@ -78,7 +86,9 @@ def test_oracle_rehearsal_equals_the_real_environment(world, rules):
         assert all(t.env_calls == 0 for t in reh) and [t.messages for t in reh] == [t.messages for t in env]
         seen.update(t.termination for t in reh)
         rehearsed = rehearsed or any(r.role is Role.REHEARSE for r in reh_rows)
+        signal += sum(1 for r in reh_rows if r.role is Role.ACT and abs(r.advantage) > 1e-6)
     assert rehearsed  # the oracle answered calls (its rows are Rehearse rows)
+    assert signal >= 10  # rewards differ within groups: the advantage comparison can fail
     if rules == {}:  # the scripts reach the rules they test
         assert TerminationReason.FINAL_REPLY in seen
     if rules == {"error_observation": "end"}:
@@ -121,3 +131,48 @@ def test_the_oracle_refuses_prompts_without_the_latest_act_output(world):
         run_rollout(tasks[:1], k=1, policy={Role.ACT: act, Role.REHEARSE: OracleRehearser(tok, tasks[:1],
                                                                                            WorldEnvironment)},
                     cfg=cfg_of(rehearse_style="history"), mode=Mode.REHEARSE)
+
+
+# ----- the scripted engines keep a sampling engine's contract ----------------------------------------------
+
+
+def _act_request(world, temperature=1.0, seed=None, max_new_tokens=200):
+    tasks, tok = world
+    return GenRequest(act_prompt_ids(tok, tasks[0].messages[:2], tasks[0].tools), temperature=temperature,
+                      seed=seed, max_new_tokens=max_new_tokens)
+
+
+def test_scripted_act_follows_its_seed_and_is_deterministic_when_greedy(world):
+    tasks, tok = world
+    act = ScriptedAct(tok, plan(tasks[0], "gold"), slip=0.5)
+    texts = {s: act.generate([_act_request(world, seed=s)])[0].text for s in range(40)}
+    assert texts == {s: act.generate([_act_request(world, seed=s)])[0].text for s in range(40)}  # same seed, same
+    gave_up = {s for s, t in texts.items() if t.startswith(GIVE_UP)}
+    assert 5 < len(gave_up) < 35  # different seeds, different outputs
+    greedy = {act.generate([_act_request(world, temperature=0.0, seed=s)])[0].text for s in range(40)}
+    assert len(greedy) == 1 and not greedy.pop().startswith(GIVE_UP)  # greedy: the plan, whatever the seed
+    assert {ScriptedAct(tok, plan(tasks[0], "gold")).generate([_act_request(world, seed=s)])[0].text
+            for s in range(40)} == {texts[min(set(texts) - gave_up)]}  # slip 0: always the plan
+
+
+def test_the_scripted_engines_cut_at_max_new_tokens(world):
+    tasks, tok = world
+    act = ScriptedAct(tok, plan(tasks[0], "gold"))
+    full = act.generate([_act_request(world)])[0]
+    assert full.finish_reason == "stop" and full.token_ids[-1] == act.eos_id
+    cut = act.generate([_act_request(world, max_new_tokens=5)])[0]
+    assert cut.finish_reason == "length" and cut.token_ids == full.token_ids[:5]
+    assert cut.text == tok.decode(full.token_ids[:5], skip_special_tokens=False)
+    # the oracle Rehearse engine: the world's answer, cut the same way
+    task = tasks[0]
+    call_at = next(i for i, m in enumerate(task.messages) if m.tool_calls)
+    call = task.messages[call_at].tool_calls[0]
+    latest = "\n".join(render_tool_call(c) for c in task.messages[call_at].tool_calls)
+    ids = rehearse_prompt_ids(tok, rehearse_messages(task, task.messages[:call_at], latest, call, few_shot=True,
+                                                     style="full"))
+    oracle = OracleRehearser(tok, [task], WorldEnvironment)
+    (whole,) = oracle.generate([GenRequest(ids, max_new_tokens=500)])
+    assert whole.finish_reason == "stop" and whole.text.startswith("<execution_result>")
+    (short,) = OracleRehearser(tok, [task], WorldEnvironment).generate([GenRequest(ids, max_new_tokens=4)])
+    assert short.finish_reason == "length" and short.token_ids == whole.token_ids[:4]
+    assert short.text == tok.decode(whole.token_ids[:4], skip_special_tokens=False)

@@ -1,6 +1,7 @@
 """Shared fixtures for trainer tests: a tiny random model built from the tool-world corpus, the same model
 briefly SFT'd on Act demonstrations (so it makes tool calls), real training rows of both roles sampled
-from it, and a spy on the trajectories a training run scores."""
+from it, a spy on the trajectories a training run scores, and `hand_role_grads`: each role's gradient of the
+first-step PPO loss, computed row by row with plain full forwards (the slow, obvious version of the update)."""
 
 from __future__ import annotations
 
@@ -93,3 +94,45 @@ def role_rows(tiny_model_dir):
                                         old_logprobs=res.logprobs, temperature=temp, prompt_index=p,
                                         trajectory_key=s, reward=float(s)))
     return rows
+
+
+@pytest.fixture(scope="session")
+def hand_role_grads():
+    """`grads(model, rows, weights=None, agg="token-mean") -> {role: flat gradient}`: each role's part of the
+    gradient of the loss the update minimises at its first step, for one model over `rows` — per token
+    -A * ratio (the rows are on-policy, so the ratio is 1 up to float error and no clip is active: checked),
+    log-probs from one unpacked forward per row at the row's temperature; a row of role r weighs
+    `weights[r]` (default 1) in the loss and in the denominator (token-mean: tokens; seq-mean-token-mean: rows).
+    A role's gradient uses the denominator of all rows, so the roles' gradients add up to the loss's."""
+
+    def grads(model, rows, weights=None, agg="token-mean"):
+        from envace.engines.base import logprob_temperature
+
+        weights = weights or {}
+        params = [p for p in model.parameters() if p.requires_grad]
+        w = [float(weights.get(r.role, 1.0)) for r in rows]
+        den = sum(wi * (len(r.response_ids) if agg == "token-mean" else 1) for wi, r in zip(w, rows))
+        model.train()
+        out = {}
+        for role in sorted({r.role for r in rows}, key=lambda x: x.value):
+            total = 0.0
+            for wi, r in zip(w, rows):
+                if r.role is not role or wi == 0:
+                    continue
+                ids = torch.tensor([list(r.prompt_ids) + list(r.response_ids)])
+                logits = model(input_ids=ids).logits[0, len(r.prompt_ids) - 1: -1].double()
+                logp = torch.log_softmax(logits / logprob_temperature(r.temperature), dim=-1)
+                lp = logp.gather(1, torch.tensor(r.response_ids).unsqueeze(1)).squeeze(1)
+                ratio = torch.exp(lp - torch.tensor(r.old_logprobs, dtype=torch.float64))
+                assert float((ratio.detach() - 1).abs().max()) < 0.1, "not on-policy: a PPO clip could be active"
+                per_token = -r.advantage * ratio
+                total = total + wi * (per_token.sum() if agg == "token-mean" else per_token.mean())
+            if isinstance(total, float):
+                out[role] = torch.cat([torch.zeros_like(p).flatten() for p in params])
+                continue
+            g = torch.autograd.grad(total / den, params, allow_unused=True)
+            out[role] = torch.cat([(gi if gi is not None else torch.zeros_like(p)).flatten()
+                                   for gi, p in zip(g, params)])
+        return out
+
+    return grads

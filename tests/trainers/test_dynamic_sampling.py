@@ -1,6 +1,10 @@
 """Dynamic sampling (DAPO): zero-variance groups are dropped and refilled from unused prompts, seeded
 by (seed, step, refill round); the step keeps exactly `prompts_per_step` informative groups when the
-rounds allow, and the trainer trains only on those."""
+rounds allow, and the trainer trains only on those. The rule is the same in every rollout mode: the trainer's
+step (`rollout_step`) on the same tasks, with the same rewards in rehearse, env and simulator mode (a
+scripted Act that gives up on a seeded share of turns; the real world's answers from the environment, from
+the oracle in the Rehearse seat, or from the oracle as the frozen simulator), drops and refills the same
+groups."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import pytest
 
 from envace.rollout.seeds import derive_seed
 from envace.trainers.dynamic_sampling import informative_groups, refill_size, sample_with_refill
-from envace.types import Mode, Task, Trajectory
+from envace.types import Mode, Role, Task, Trajectory
 
 
 def _tasks(n: int) -> list[Task]:
@@ -122,3 +126,57 @@ def test_dynamic_sampling_config_is_validated():
         TrainConfig.model_validate({"model": "m", "dynamic_sampling": {"max_refill_rounds": -1}})
     with pytest.raises(ValueError, match="dynamic_sampling"):
         TrainConfig.model_validate({"model": "m", "dynamic_sampling": {"enable": True}})
+
+
+def test_refill_is_the_same_in_every_mode(tmp_path):
+    """Same tasks and rewards in rehearse, env and simulator mode: the same groups kept, dropped and refilled."""
+    from scripted_episodes import ScriptedAct
+
+    from envace.models.corpus import task_strings
+    from envace.models.tokenizer import train_tokenizer
+    from envace.rollout.oracle import OracleRehearser
+    from envace.trainers.config import TrainConfig
+    from envace.trainers.embedded import rollout_step
+    from envace.trainers.rewarding import RewardScorer
+    from envace.worlds.environment import WorldEnvironment
+    from envace.worlds.generator import generate_tasks
+
+    pool = list({t.user_turns[0]: t for t in generate_tasks(60, "train", 0)}.values())[:24]  # distinct openings
+    assert len(pool) == 24
+    tok = train_tokenizer([s for t in pool for s in task_strings(t)], vocab_size=1024)
+    act = ScriptedAct.for_tasks(tok, pool, "gold", slip=0.1)
+    oracle = OracleRehearser(tok, pool, WorldEnvironment)
+
+    class Seats:  # what rollout_step asks of the trainer's policy: its engines per role
+        def __init__(self, engines):
+            self.engines = engines
+
+        def rollout_policy(self):
+            return self.engines
+
+    cfg = TrainConfig.model_validate(dict(
+        model="unused", out_dir=str(tmp_path), prompts_per_step=4, k=3, seed=5,
+        dynamic_sampling={"enabled": True, "max_refill_rounds": 3},
+        rollout={"rehearse_style": "full", "max_assistant_turns": 6, "max_context_tokens": 4096,
+                 "act": {"max_new_tokens": 200}, "rehearse": {"max_new_tokens": 200}}))
+    scorer = RewardScorer("checklist_rule")
+    seats = {Mode.REHEARSE: ({Role.ACT: act, Role.REHEARSE: oracle}, None, None),
+             Mode.ENV: (act, scorer.env_factory(), None), Mode.SIMULATOR: (act, None, oracle)}
+    seen = {}
+    for mode, (engines, env_factory, simulator) in seats.items():
+        mode_cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"mode": mode.value})})
+        batch = rollout_step(pool, mode_cfg, 2, Seats(engines), mode, scorer, env_factory, simulator)
+        assert {t.mode for t in batch.generated} == {mode}
+        seen[mode] = batch
+    first = seen[Mode.REHEARSE]
+    # not vacuous: some groups had no signal and were dropped, refills ran, and the step filled its batch
+    assert first.refill_rounds >= 1 and first.groups_generated > len(first.kept_prompt_indices) == 4
+    assert len(informative_groups(first.generated)) < first.groups_generated
+    for mode, batch in seen.items():
+        assert [(t.task.uuid, t.prompt_index, t.reward) for t in batch.generated] == \
+            [(t.task.uuid, t.prompt_index, t.reward) for t in first.generated], mode  # the same rewards
+        assert (batch.kept_prompt_indices, batch.refill_rounds, batch.groups_generated, batch.groups_informative) \
+            == (first.kept_prompt_indices, first.refill_rounds, first.groups_generated, first.groups_informative), mode
+        assert [id(t) for t in batch.kept] == [id(t) for t in batch.generated if t.prompt_index in
+                                               set(first.kept_prompt_indices)]
+        assert batch.metrics() == first.metrics()
