@@ -7,7 +7,8 @@ only inside their own modules.
 Layers, bottom to top. A module imports its own layer and the layers below, never one above
 (tests/test_import_layers.py checks every import in envace/, flows/ and dashboard/ against this list):
 
-  1. records and parsers: types secrets untrusted chat_tokens config toolcall execution_result conversation fidelity
+  1. records and parsers: types secrets untrusted input_budget yaml_bounds chat_tokens config toolcall
+       execution_result conversation fidelity
   2. pure parts: algos worlds roles tracking cpu_threads thread_shards
   3. inputs: rewards models data
   4. services: engines store

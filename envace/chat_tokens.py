@@ -26,6 +26,14 @@ OPEN, CLOSE, SAMPLED = "\ue000", "\ue001", "\ue002"  # Unicode private use: no t
 _MARK = re.compile(f"([{OPEN}{SAMPLED}])(\\d+){CLOSE}")
 
 
+class RenderedTooLong(ValueError):
+    """The rendered prompt has more characters than the caller allows (`chars`); nothing was tokenised."""
+
+    def __init__(self, chars: int, max_chars: int) -> None:
+        super().__init__(f"the rendered prompt has {chars} characters, more than the {max_chars} allowed")
+        self.chars, self.max_chars = chars, max_chars
+
+
 @dataclass
 class EncodedChat:
     """A rendered chat prompt: `text` as the template wrote it (marked strings restored) and its `ids`."""
@@ -89,11 +97,12 @@ def _escaper(tokenizer: Any, literals: list[str]):
 
 def encode_chat(tokenizer: Any, conversation: Sequence[Mapping[str, Any]], *,
                 tools: Sequence[Mapping[str, Any]] | None = None, add_generation_prompt: bool = True,
-                sampled: Sequence[Sequence[int] | None] | None = None,
+                sampled: Sequence[Sequence[int] | None] | None = None, max_chars: int | None = None,
                 **template_kwargs: Any) -> EncodedChat:
     """Render `conversation` (OpenAI-shape messages) with the tokenizer's chat template and encode it so
     that control tokens come only from the template. `sampled[i]`, when given and not None, is the token
-    ids the model sampled for assistant message i: the prompt carries them verbatim."""
+    ids the model sampled for assistant message i: the prompt carries them verbatim. `max_chars`: raise
+    RenderedTooLong, before any tokenising, when the rendered text (sampled spans not counted) is longer."""
     literals: list[str] = []
     escape = _escaper(tokenizer, literals)
     spans: list[list[int]] = []
@@ -112,6 +121,11 @@ def encode_chat(tokenizer: Any, conversation: Sequence[Mapping[str, Any]], *,
     rendered = tokenizer.apply_chat_template(msgs, tools=escape(list(tools)) if tools else None,
                                              add_generation_prompt=add_generation_prompt, tokenize=False,
                                              **template_kwargs)
+    if max_chars is not None:
+        marks = sum(len(m.group(0)) for m in _MARK.finditer(rendered))
+        chars = len(rendered) - marks + sum(len(s) for s in literals)
+        if chars > max_chars:
+            raise RenderedTooLong(chars, max_chars)
     ids: list[int] = []
     text: list[str] = []
     pos = 0

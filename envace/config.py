@@ -18,6 +18,10 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from envace.input_budget import YAML_BYTES, YAML_VALUES, BudgetError
+from envace.untrusted import short as _short_text
+from envace.yaml_bounds import YamlLimitError, compose_bounded, interpolated_size
+
 C = TypeVar("C", bound="BaseConfig")
 
 
@@ -81,9 +85,9 @@ def _explain(exc: ValidationError, cls: type[BaseModel], source: str) -> ConfigE
         else:
             fix = "set a value that satisfies the constraint"
             short = f"pass {loc}=<a valid value>"
-        lines.append(f"{source}: field '{loc}' = {value!r}: {msg}; {fix}")
+        shown = "missing" if err["type"] == "missing" else _short_text(repr(value), 120)  # values may be megabytes
+        lines.append(f"{source}: field '{loc}' = {shown}: {msg}; {fix}")
         if first is None:
-            shown = "missing" if err["type"] == "missing" else f"{value!r}"
             first = (loc, f"{loc} = {shown}: {msg}", short)
     loc, what, short = first or ("<root>", "invalid config", "check the config")
     if len(lines) > 1:
@@ -108,10 +112,14 @@ def parse_overrides(overrides: list[str] | tuple[str, ...], example: str = "seed
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not key=value; write e.g. {example}", field=item,
                               what=f"override {item!r} is not key=value", fix=f"write key=value, e.g. {example}")
+    _check_override_values(overrides)
     try:
         return OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)), resolve=False)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
         raise _omegaconf_error(exc, "overrides") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"overrides: not valid YAML: {' '.join(str(exc).split())}; fix the value",
+                          field="overrides", what="an override value is not valid YAML", fix="fix the value") from None
 
 
 def _omegaconf_error(exc: OmegaConfBaseException, source: str) -> ConfigError:
@@ -122,82 +130,62 @@ def _omegaconf_error(exc: OmegaConfBaseException, source: str) -> ConfigError:
     return ConfigError(f"{source}: field '{key}': {msg}; {fix}", field=key, what=msg, fix=fix)
 
 
-MAX_YAML_BYTES = 4 << 20  # a config is a few kB; a sweep grid a few hundred
-MAX_YAML_VALUES = 100_000  # values after alias expansion: "billion laughs" grows this exponentially
+MAX_YAML_BYTES = YAML_BYTES.default  # the defaults; ENVACE_MAX_YAML_* change them (envace.input_budget)
+MAX_YAML_VALUES = YAML_VALUES.default
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys in one mapping (YAML says they are an error; PyYAML keeps the
-    last silently). `<<` merge keys are exempt: an explicit key overriding a merged one is the point."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
-            except TypeError:  # an unhashable key: SafeConstructor reports it
-                continue
-            if first != key_node.start_mark.line + 1:
-                raise ConfigError(f"{self.name}: line {key_node.start_mark.line + 1}: duplicate key {key!r} (first "
-                                  f"on line {first}); keep one of them", field=str(key),
-                                  what=f"duplicate key {key!r}", fix="keep one of them")
-        return super().construct_mapping(node, deep=deep)
+def _limit_error(exc: YamlLimitError | BudgetError) -> ConfigError:
+    return ConfigError(str(exc), field=exc.where, what=exc.what, fix=exc.fix)
 
 
-def _expanded_size(root: yaml.Node) -> int:
-    """Values the node tree holds once every alias is expanded (aliases share nodes: memoised, linear)."""
-    memo: dict[int, int] = {}
-    order: list[yaml.Node] = []
-    stack, seen = [root], set()
-    while stack:  # post-order without recursion: a deep file must not crash the counter
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        order.append(node)
-        if isinstance(node, yaml.MappingNode):
-            stack.extend(n for pair in node.value for n in pair)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-    for node in reversed(order):
-        children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
-                    else node.value if isinstance(node, yaml.SequenceNode) else [])
-        memo[id(node)] = min(1 + sum(memo.get(id(c), 1) for c in children), MAX_YAML_VALUES + 1)
-    return memo[id(root)]
+def _bounded_value(text: str, source: str) -> Any:
+    """`text` as one YAML document through the bounded loader (envace.yaml_bounds); raises ConfigError."""
+    try:
+        loader, node = compose_bounded(text, source)
+    except YamlLimitError as exc:
+        raise _limit_error(exc) from None
+    try:
+        return None if node is None else loader.construct_document(node)
+    except YamlLimitError as exc:
+        raise _limit_error(exc) from None
+    finally:
+        loader.dispose()
 
 
 def load_yaml(path: str | Path) -> Any:
-    """The YAML document at `path`, bounded: at most MAX_YAML_BYTES, MAX_YAML_VALUES values after alias
-    expansion, no duplicate keys. Anything else is a one-line ConfigError naming the file and the fix."""
+    """The YAML document at `path`, bounded (envace.yaml_bounds, limits in envace.input_budget): its size in
+    bytes, its values and string characters once aliases are expanded, no duplicate keys. Anything else is
+    a one-line ConfigError naming the file and the fix."""
     p = Path(path)
     size = p.stat().st_size
-    if size > MAX_YAML_BYTES:
-        raise ConfigError(f"{p}: {size} bytes is over the {MAX_YAML_BYTES}-byte limit for a config file; "
-                          "is this the right file?")
+    try:
+        YAML_BYTES.check(size, str(p), "the config file is", "check that this is the config file")
+    except BudgetError as exc:
+        raise _limit_error(exc) from None
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
-    loader = _StrictLoader(text)
-    loader.name = str(p)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        n = _expanded_size(node)
-        if n > MAX_YAML_VALUES:
-            raise ConfigError(f"{p}: expands to more than {MAX_YAML_VALUES} values through YAML aliases; write the "
-                              "values out or use fewer nested aliases")
-        return loader.construct_document(node)
+        return _bounded_value(text, str(p))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {' '.join(str(exc).split())}; fix the syntax") from None
     except RecursionError:
         raise ConfigError(f"{p}: nested too deeply to read; flatten the file") from None
-    finally:
-        loader.dispose()
+
+
+def _check_override_values(overrides: list[str] | tuple[str, ...]) -> None:
+    """Each override's value through the same bounded loader as a file (an alias bomb fits in one
+    argument), before OmegaConf parses and expands it. Syntax errors are left to OmegaConf's message."""
+    for item in overrides:
+        key, _, value = item.partition("=")
+        try:
+            _bounded_value(value, f"override {key}")
+        except yaml.YAMLError:
+            continue
+        except RecursionError:
+            raise ConfigError(f"override {key}: nested too deeply to read; flatten the value", field=key,
+                              what="nested too deeply", fix="flatten the value") from None
 
 
 def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
@@ -217,9 +205,12 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     try:
         merged = OmegaConf.merge(base, OmegaConf.create(parse_overrides(overrides, override_example(cls))),
                                  OmegaConf.create(values))
+        interpolated_size(OmegaConf.to_container(merged, resolve=False), source)  # bounded before resolving
         data = OmegaConf.to_container(merged, resolve=True)
     except OmegaConfBaseException as exc:
         raise _omegaconf_error(exc, source) from None
+    except YamlLimitError as exc:
+        raise _limit_error(exc) from None
     try:
         return cls.model_validate(data)
     except ValidationError as exc:

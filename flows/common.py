@@ -53,9 +53,11 @@ from envace.sweeps.curves import markdown_curves, sweep_curves, write_curves
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
 from envace.sweeps.outcomes import write_records
 from envace.sweeps.paired_report import markdown_paired, paired_report
+from envace.sweeps.preflight import preflight
 from envace.sweeps.prepare import SFTSpec, build_sft, parallel_threads
 from envace.sweeps.ray_runner import RunnerKind, cell_resources, ray_task_runner
 from envace.sweeps.results import cells_frame, log_results, markdown_table, summarize, sweep_parent_run, write_results
+from envace.sweeps.termination import stop_cells_on_sigterm
 from envace.sweeps.world_model import (
     gain_tracking,
     markdown_tracking,
@@ -220,6 +222,8 @@ def _clean(value: Any) -> Any:
 
 def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
     """The body of every sweep flow: parent run, cells, results table, artifacts, summary."""
+    preflight(cfg)  # size and every cell's config checked before anything runs (envace.sweeps.preflight)
+    stop_cells_on_sigterm(cfg.out_dir)  # a SIGTERM stops the running cells, KILLED (envace.sweeps.termination)
     logger = get_run_logger()
     out = Path(cfg.out_dir).resolve()
     cfg = cfg.model_copy(update={"out_dir": str(out)})

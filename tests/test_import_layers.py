@@ -16,6 +16,7 @@ import envace
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("envace", "flows", "dashboard")
 LAYER_LINE = re.compile(r"^\s*(\d+)\.\s[^:]*:\s*(.+)$")
+CONTINUATION = re.compile(r"^\s{6,}[a-z_]")
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,17 @@ def layer_order(doc: str, root: Path = ROOT) -> dict[str, int]:
     or package: `types` is envace.types when envace/types.py (or envace/types/) exists, else a top-level
     package (flows, dashboard)."""
     layers: dict[str, int] = {"envace": 0}  # the package face imports nothing
+    number = None
     for line in doc.splitlines():
         m = LAYER_LINE.match(line)
-        if not m:
+        if m:
+            number, names = int(m.group(1)), m.group(2)
+        elif number is not None and CONTINUATION.match(line):
+            names = line  # a long layer wraps onto deeper-indented lines
+        else:
+            number = None
             continue
-        for name in m.group(2).split():
+        for name in names.split():
             if (root / "envace" / f"{name}.py").exists() or (root / "envace" / name).is_dir():
                 unit = f"envace.{name}"
             elif (root / f"{name}.py").exists() or (root / name).is_dir():
@@ -48,7 +55,7 @@ def layer_order(doc: str, root: Path = ROOT) -> dict[str, int]:
             else:
                 raise AssertionError(f"layer name {name!r} in envace/__init__.py's docstring matches no module")
             assert unit not in layers, f"{unit} is listed twice in envace/__init__.py's layer order"
-            layers[unit] = int(m.group(1))
+            layers[unit] = number
     assert len(layers) > 1, "envace/__init__.py's docstring lists no layers"
     return layers
 

@@ -30,6 +30,7 @@ from envace.data.validate import (
     check_uuid,
     check_world,
 )
+from envace.input_budget import RECORD_BYTES, utf8_size
 from envace.types import Task
 
 
@@ -82,8 +83,14 @@ def _read_rows(path: Path) -> list[tuple[Any, int | None]]:
         return [(r, None) for r in rows]
     out: list[tuple[Any, int | None]] = []
     problems: list[Problem] = []
+    limit = RECORD_BYTES.value()
     for ln, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
+            continue
+        if len(raw) * 4 > limit and utf8_size(raw) > limit:  # refused before it is decoded
+            err = RECORD_BYTES.error(file, "the line is", utf8_size(raw), "split the row or shorten its text")
+            problems.append(Problem(file, len(out), "<row>", err.what, err.fix, line=ln))
+            out.append((None, ln))
             continue
         try:
             out.append((json.loads(raw), ln))

@@ -8,6 +8,9 @@ Normalisations (documented departures from a byte-exact copy of the input):
   item's `extra_info["cm2_unknown_fields"]` rather than dropped;
 - CM2 annotations beyond the first are kept in `task.meta["cm2_extra_checklists"]` (Task holds one
   checklist set natively; `envace.rewards.checklist.all_checklists` reads both).
+Bounds (envace.input_budget): a message's text, or a row's tool schemas, over MESSAGE_BYTES and any string
+holding a lone surrogate are problems of the row, so `envace data add` refuses what training would fail
+on, before anything is tokenised.
 Tool-world rows carry `{"domain", "initial_state", "meta"}` (the `envace` record); the initial state is
 validated against the domain's database model and the gold calls are replayed on it.
 """
@@ -22,6 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from envace.data.errors import Problem
+from envace.input_budget import MESSAGE_BYTES, text_bytes, text_problem
 from envace.types import ChecklistItem, Message, Task, ToolCall
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -45,12 +49,37 @@ class RowCheck:
         self.problems.append(Problem(self.file, self.row, path, what, fix, self.uuid, self.line))
 
 
+SURROGATE_FIX = "write valid Unicode text (a \\udXXX escape must be one half of a surrogate pair)"
+
+
+def check_text(value: Any, path: str, rc: RowCheck) -> bool:
+    """False (and a problem naming the string's path) when a string of `value` holds a lone surrogate:
+    no tokenizer encodes it, so training would fail on it long after loading."""
+    found = text_problem(value, path)
+    if found is None:
+        return True
+    rc.add(found[0], "holds a lone surrogate (not valid Unicode text)", SURROGATE_FIX)
+    return False
+
+
+def check_budget(value: Any, path: str, rc: RowCheck, subject: str) -> bool:
+    """False (and a problem) when the text of `value` is over the message budget (envace.input_budget)."""
+    size = text_bytes(value)
+    if size <= MESSAGE_BYTES.value():
+        return True
+    err = MESSAGE_BYTES.error(path, f"{subject} is", size, "split or shorten it")
+    rc.add(path, err.what, err.fix)
+    return False
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def check_uuid(value: Any, path: str, rc: RowCheck) -> str | None:
     if isinstance(value, str) and value.strip():
+        if not check_text(value, path, rc):
+            return None
         rc.uuid = value
         return value
     rc.add(path, f"is {value!r}, not a non-empty string", "give every row a unique string uuid")
@@ -79,6 +108,8 @@ def _tool_call(raw: Any, path: str, rc: RowCheck) -> ToolCall | None:
         rc.add(f"{fpath}.arguments", f"is a {type(args).__name__}, not an object",
                "write the arguments as a JSON object")
         return None
+    if not check_text(args, f"{fpath}.arguments", rc):  # a JSON string's \\udXXX escapes decode only now
+        return None
     cid = raw.get("id")
     return ToolCall(name=fn["name"], arguments=args, id=cid if isinstance(cid, str) and cid else None)
 
@@ -95,6 +126,9 @@ def check_messages(value: Any, path: str, rc: RowCheck) -> list[Message] | None:
         if not isinstance(m, dict):
             rc.add(mp, f"is a {type(m).__name__}, not an object", "write each message as {role, content}")
             ok = False
+            continue
+        if not check_budget(m, mp, rc, "the message's text") or not check_text(m, mp, rc):
+            ok = False  # checked before its parts: training would tokenise all of it
             continue
         role, content = m.get("role"), m.get("content")
         if role not in ROLES:
@@ -134,6 +168,8 @@ def check_messages(value: Any, path: str, rc: RowCheck) -> list[Message] | None:
 def check_tools(value: Any, path: str, rc: RowCheck) -> list[dict[str, Any]] | None:
     if not isinstance(value, list):
         rc.add(path, f"is {type(value).__name__}, not a list", "give the OpenAI function schemas as a list")
+        return None
+    if not check_budget(value, path, rc, "the text of the tool schemas") or not check_text(value, path, rc):
         return None
     names: set[str] = set()
     ok = True
@@ -203,6 +239,8 @@ def check_checklists(value: Any, path: str, rc: RowCheck, n_turns: int) -> list[
         rc.add(path, f"is {'missing' if value is None else repr(value)[:60]}, not a non-empty list",
                "give one checklist annotation: a list with one list of items per user turn")
         return None
+    if not check_text(value, path, rc):  # the judge's prompt holds the questions
+        return None
     if all(isinstance(t, dict) for t in value):  # a bare per-turn list without the annotation level
         rc.add(path, "is a list of items, not a list of annotations of per-turn lists",
                "wrap it: checklists = [[turn1_items, turn2_items, ...]]")
@@ -251,6 +289,8 @@ def check_world(envace: Any, path: str, rc: RowCheck, messages: list[Message] | 
         return "", None, {}
     if not isinstance(envace, dict):
         rc.add(path, f"is a {type(envace).__name__}, not an object", "write {domain, initial_state, meta} or omit it")
+        return None
+    if not check_text(envace, path, rc):  # the state's values reach prompts as tool results
         return None
     domain, state, meta = envace.get("domain") or "", envace.get("initial_state"), envace.get("meta") or {}
     if not isinstance(domain, str) or not isinstance(meta, dict) or (state is not None and not isinstance(state, dict)):

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envace.chat_tokens import encode_chat
+from envace.chat_tokens import RenderedTooLong, encode_chat
 from envace.engines.base import GenerationEngine, GenRequest
 from envace.engines.reply import AssistantReply
+from envace.input_budget import PROMPT_CHARS
 from envace.roles.act import END_MARKERS
 from envace.toolcall import parse_tool_calls
 from envace.types import ErrorCode, ToolCall
@@ -39,10 +40,18 @@ class ContextLengthExceeded(ChatRequestError):
     """The prompt (plus the tokens asked for) does not fit the model's context: never truncated, never run
     past the positions the model was trained on; the benchmark records it as that task's error."""
 
-    def __init__(self, limit: int, prompt_tokens: int, max_tokens: int) -> None:
-        super().__init__(f"this model's maximum context length is {limit} tokens; the prompt has {prompt_tokens} "
+    def __init__(self, limit: int, prompt_tokens: int, max_tokens: int, at_least: bool = False) -> None:
+        has = f"has at least {prompt_tokens} (measured before tokenising)" if at_least else f"has {prompt_tokens}"
+        super().__init__(f"this model's maximum context length is {limit} tokens; the prompt {has} "
                          f"and max_tokens asks for {max_tokens} more")
         self.limit, self.prompt_tokens, self.max_tokens = limit, prompt_tokens, max_tokens
+
+
+def longest_token_chars(tokenizer: Any) -> int:
+    """Most text characters one token can stand for: the longest vocabulary string (byte-level BPE
+    writes one character per byte, and a text character is at least one byte). So a text of C characters
+    is at least ceil(C / longest) tokens: what lets a prompt be refused before it is tokenised."""
+    return max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
 
 
 def model_context_len(engine: GenerationEngine) -> int | None:
@@ -144,6 +153,14 @@ class LocalChatModel:
             raise ChatRequestError(f"model {name!r} has no chat template; save one with the tokenizer "
                                    f"(tokenizer.chat_template = ...; tokenizer.save_pretrained(dir))")
         self._lock = threading.Lock()
+        self._token_chars: int | None = None
+
+    @property
+    def token_chars(self) -> int:
+        """longest_token_chars of the tokenizer (computed once)."""
+        if self._token_chars is None:
+            self._token_chars = longest_token_chars(self.tokenizer)
+        return self._token_chars
 
     @classmethod
     def guarded(cls, engine: GenerationEngine, name: str, max_model_len: int | None = None) -> LocalChatModel:
@@ -160,13 +177,25 @@ class LocalChatModel:
 
     def render(self, messages: list[Mapping[str, Any]], tools: list[dict[str, Any]] | None = None,
                json_schema: Mapping[str, Any] | None = None,
-               chat_template_kwargs: Mapping[str, Any] | None = None) -> tuple[str, list[int]]:
+               chat_template_kwargs: Mapping[str, Any] | None = None, *, max_model_len: int | None = None,
+               max_tokens: int = 1) -> tuple[str, list[int]]:
+        """(text, ids) of the prompt. The rendered text is measured before it is tokenised: over the prompt
+        budget (envace.input_budget.PROMPT_CHARS) it is a ChatRequestError; more characters than
+        `max_model_len` tokens can hold, ContextLengthExceeded."""
         msgs = normalize_messages(messages)
         if json_schema is not None:
             msgs = _with_json_instruction(msgs, json_schema)
+        budget = PROMPT_CHARS.value()
+        fits = max_model_len * self.token_chars if max_model_len is not None else budget
         try:  # control strings in request text are encoded as ordinary text (envace.chat_tokens)
             enc = encode_chat(self.tokenizer, msgs, tools=tools or None, add_generation_prompt=True,
-                              **dict(chat_template_kwargs or {}))
+                              max_chars=min(budget, fits), **dict(chat_template_kwargs or {}))
+        except RenderedTooLong as exc:
+            if exc.chars > fits and max_model_len is not None:
+                least = -(-exc.chars // self.token_chars)
+                raise ContextLengthExceeded(max_model_len, least, max_tokens, at_least=True) from None
+            raise ChatRequestError(str(PROMPT_CHARS.error("", "the rendered prompt is", exc.chars,
+                                                          "shorten the messages"))) from None
         except Exception as exc:  # jinja errors of any kind: the request does not fit the template
             raise ChatRequestError(f"chat template of {self.name!r} failed on these messages: {exc}") from exc
         return enc.text, enc.ids
@@ -182,7 +211,8 @@ class LocalChatModel:
         if n < 1:
             raise ChatRequestError(f"n={n} must be >= 1")
         limit = max_model_len if max_model_len is not None else self.max_model_len
-        _, prompt_ids = self.render(messages, tools, json_schema, chat_template_kwargs)
+        _, prompt_ids = self.render(messages, tools, json_schema, chat_template_kwargs, max_model_len=limit,
+                                    max_tokens=max_tokens or 1)
         budget = max_tokens if max_tokens is not None else self.default_max_tokens
         if max_tokens is None and limit is not None:  # as vLLM: what the prompt leaves, here capped
             budget = min(budget, max(1, limit - len(prompt_ids)))

@@ -1,21 +1,28 @@
 """Bounds on an `envace serve` request: the count of objects and arrays on the raw bytes (`check_raw`,
 before decoding), then, on the decoded JSON before validation, templating or tokenising: nesting depth,
-number of messages, size of each tool call's arguments, lone surrogates, and the shape of every message
-and tool call (so `tool_calls: [5]` is a 400 naming the field, not a 500 from the template). The raw body
-is already capped at `max_request_bytes` before it is decoded.
+the size of every string (value or key, anywhere in the body: the field budget of envace.input_budget),
+number of messages and stop strings, size of each tool call's arguments, lone surrogates, the role (one
+of system, user, assistant, tool) and the shape of every message and tool call (so `tool_calls: [5]` is
+a 400 naming the field, not a 500 from the template). The raw body is already capped at
+`max_request_bytes` before it is decoded.
 
-`template_chars` counts every character the chat template copies into the prompt (content, tool-call
-names and arguments, tool schemas), so a request whose text cannot fit the context is refused without
-rendering it: rendering and tokenising megabytes of tool-call JSON was what cost memory.
+`template_chars` counts every character the chat template may copy into the prompt: each message's
+fields (content, role, name, tool calls, tool_call_id, ...), the tool schemas, the response_format
+schema (written into the system prompt) and the chat_template_kwargs strings, so a request whose text
+cannot fit the context is refused without rendering it: rendering and tokenising megabytes of text was
+what cost memory and time.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from envace.input_budget import FIELD_BYTES, utf8_size
+
+ROLES = ("system", "user", "assistant", "tool")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -30,6 +37,8 @@ class RequestLimits:
     max_tool_call_bytes: int = 1_000_000  # one call's arguments, as UTF-8 JSON
     max_tools: int = 512
     max_containers: int = 100_000  # `{` + `[` bytes in the raw body: bounds what decoding allocates
+    max_field_bytes: int = field(default_factory=FIELD_BYTES.value)  # any one string of the body, as UTF-8
+    max_stop: int = 16  # stop strings per request
 
 
 def check_raw(raw: bytes, limits: RequestLimits) -> None:
@@ -48,12 +57,22 @@ def _path(parts: tuple[Any, ...]) -> str:
     return out or "body"
 
 
+def _check_size(text: str, where: str, limits: RequestLimits) -> None:
+    if len(text) * 4 > limits.max_field_bytes:  # 1 to 4 bytes a character: shorter strings fit unmeasured
+        size = utf8_size(text)
+        if size > limits.max_field_bytes:
+            raise RequestLimitError(str(FIELD_BYTES.error("", f"{where} is", size, "shorten it",
+                                                          limit=limits.max_field_bytes)))
+
+
 def check_body(body: Any, limits: RequestLimits) -> None:
-    """Depth and lone surrogates over the whole body, iteratively (no recursion on hostile input)."""
+    """Depth, string sizes and lone surrogates over the whole body, iteratively (no recursion on hostile
+    input)."""
     stack: list[tuple[Any, tuple[Any, ...], int]] = [(body, (), 0)]
     while stack:
         value, where, depth = stack.pop()
         if isinstance(value, str):
+            _check_size(value, _path(where), limits)
             if _SURROGATE.search(value):
                 raise RequestLimitError(f"{_path(where)} holds a lone surrogate (not valid Unicode text); "
                                         "send UTF-8 text")
@@ -64,8 +83,10 @@ def check_body(body: Any, limits: RequestLimits) -> None:
                                         "flatten the request")
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for k, v in items:
-                if isinstance(k, str) and _SURROGATE.search(k):
-                    raise RequestLimitError(f"{_path(where)} has a key with a lone surrogate; send UTF-8 text")
+                if isinstance(k, str):
+                    _check_size(k, f"a key of {_path(where)}", limits)
+                    if _SURROGATE.search(k):
+                        raise RequestLimitError(f"{_path(where)} has a key with a lone surrogate; send UTF-8 text")
                 stack.append((v, (*where, k), depth + 1))
     if not isinstance(body, dict):
         raise RequestLimitError(f"the request body is a JSON {type(body).__name__}, not an object")
@@ -90,19 +111,52 @@ def _check_call(call: Any, where: str, limits: RequestLimits) -> int:
     return size + len(fn["name"])
 
 
+def _text_len(value: Any) -> int:
+    """Characters of every string (values and keys) inside a decoded JSON value; iterative."""
+    n, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            n += len(v)
+        elif isinstance(v, dict):
+            n += sum(len(k) for k in v if isinstance(k, str))
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return n
+
+
+def _check_stop(stop: Any, limits: RequestLimits) -> None:
+    if isinstance(stop, list):
+        if len(stop) > limits.max_stop:
+            raise RequestLimitError(f"stop has {len(stop)} strings; this server allows {limits.max_stop}")
+        bad = next((i for i, s in enumerate(stop) if not isinstance(s, str)), None)
+        if bad is not None:
+            raise RequestLimitError(f"stop[{bad}] is {type(stop[bad]).__name__}; send strings")
+    elif stop is not None and not isinstance(stop, str):
+        raise RequestLimitError(f"stop is {type(stop).__name__}; send a string or a list of strings")
+
+
 def template_chars(body: dict[str, Any], limits: RequestLimits) -> int:
-    """Check the messages' and tools' shape and sizes; return the characters the template will copy."""
+    """Check the messages', tools' and stop strings' shape and sizes; return the characters the template may
+    copy into the prompt (see the module docstring)."""
     messages, tools = body.get("messages"), body.get("tools")
     if not isinstance(messages, list) or not messages:
         raise RequestLimitError("messages must be a non-empty list of message objects")
     if len(messages) > limits.max_messages:
         raise RequestLimitError(f"messages has {len(messages)} entries; this server allows {limits.max_messages}")
+    _check_stop(body.get("stop"), limits)
     n = 0
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise RequestLimitError(f"messages[{i}] is {type(m).__name__}, not an object")
-        if not isinstance(m.get("role"), str):
-            raise RequestLimitError(f"messages[{i}].role must be a string (system, user, assistant or tool)")
+        role = m.get("role")
+        if not isinstance(role, str):
+            raise RequestLimitError(f"messages[{i}].role must be a string (system, user, assistant or tool), "
+                                    f"not {type(role).__name__}")
+        if role not in ROLES:
+            shown = repr(role) if len(role) <= 20 else f"a {len(role)}-character string"
+            raise RequestLimitError(f"messages[{i}].role is {shown}; it must be system, user, assistant or tool")
         content = m.get("content")
         if isinstance(content, str):
             n += len(content)
@@ -113,11 +167,16 @@ def template_chars(body: dict[str, Any], limits: RequestLimits) -> int:
                 n += len(part.get("text", ""))
         elif content is not None:
             raise RequestLimitError(f"messages[{i}].content is {type(content).__name__}; send a string")
+        name = m.get("name")
+        if name is not None and not isinstance(name, str):
+            raise RequestLimitError(f"messages[{i}].name is {type(name).__name__}; send a string")
         calls = m.get("tool_calls")
         if calls is not None:
             if not isinstance(calls, list):
                 raise RequestLimitError(f"messages[{i}].tool_calls must be a list")
             n += sum(_check_call(c, f"messages[{i}].tool_calls[{j}]", limits) for j, c in enumerate(calls))
+        # every other field (role, name, tool_call_id, ...): a template may write any of them
+        n += sum(_text_len(v) for k, v in m.items() if k not in ("content", "tool_calls"))
     if tools is not None:
         if not isinstance(tools, list) or len(tools) > limits.max_tools:
             raise RequestLimitError(f"tools must be a list of at most {limits.max_tools} tool objects")
@@ -125,4 +184,10 @@ def template_chars(body: dict[str, Any], limits: RequestLimits) -> int:
             if not isinstance(t, dict):
                 raise RequestLimitError(f"tools[{j}] is {type(t).__name__}, not an object")
             n += len(json.dumps(t, ensure_ascii=False))
+    fmt = body.get("response_format")
+    if fmt is not None:  # a JSON schema is written into the system prompt as JSON
+        n += len(json.dumps(fmt, ensure_ascii=False)) if isinstance(fmt, dict) else 0
+    kwargs = body.get("chat_template_kwargs")
+    if isinstance(kwargs, dict):  # template variables: their strings may be written into the prompt
+        n += sum(_text_len(v) for v in kwargs.values())
     return n

@@ -5,7 +5,8 @@
 `<think>` text goes to `reasoning_content`, errors use OpenAI's `{"error": ...}` shape (400 bad request,
 404 unknown model, 413 body over `max_request_bytes`, 500 generation failed, 503 cancelled). Requests are
 bounded before they are templated or tokenised (depth, messages, tool-call size, shape, lone surrogates:
-envace.engines.request_limits; two bodies decoded at a time): prompt + max_tokens must fit
+envace.engines.request_limits, with the field and prompt budgets of envace.input_budget; two bodies
+decoded at a time): prompt + max_tokens must fit
 `max_model_len`, max_tokens above `max_tokens_limit` is refused (never clamped), and a disconnected
 client or SIGTERM cancels its generation. Control strings in request text stay text (envace.chat_tokens).
 Departures from vLLM: no streaming, `response_format` is best effort (see chat_model.py), one request at
@@ -29,8 +30,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envace.engines.chat_model import ChatRequestError, LocalChatModel
+from envace.engines.chat_model import ChatRequestError, LocalChatModel, longest_token_chars
 from envace.engines.request_limits import RequestLimitError, RequestLimits, check_body, check_raw, template_chars
+from envace.input_budget import PROMPT_CHARS
+
+__all__ = ["MAX_SEED", "background_server", "check_limits", "create_app", "longest_token_chars", "run_server",
+           "serve"]
 
 MAX_SEED = 2**63 - 1
 DEFAULT_MAX_REQUEST_BYTES = 8_000_000
@@ -138,12 +143,6 @@ def _schema_of(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
     raise ChatRequestError(f"response_format type {kind!r} is not supported; use text, json_object or json_schema")
 
 
-def longest_token_chars(tokenizer: Any) -> int:
-    """Most text characters one token can stand for: the longest vocabulary string (byte-level BPE
-    writes one character per byte, and a text character is at least one byte)."""
-    return max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
-
-
 def check_limits(chat: LocalChatModel, req: ChatCompletionRequest, max_tokens_limit: int | None,
                  token_chars: int, text_chars: int = 0) -> None:
     """Refuse, before any tokenising, what cannot fit (raises ChatRequestError -> 400). `text_chars`: the
@@ -155,6 +154,9 @@ def check_limits(chat: LocalChatModel, req: ChatCompletionRequest, max_tokens_li
     if req.seed is not None and req.seed + req.n - 1 > MAX_SEED:
         raise ChatRequestError(f"seed={req.seed} with n={req.n} needs seeds up to {req.seed + req.n - 1}; "
                                f"use a seed in [0, {MAX_SEED - req.n + 1}]")
+    if text_chars > PROMPT_CHARS.value():
+        raise ChatRequestError(str(PROMPT_CHARS.error("", "the request's text is", text_chars,
+                                                      "shorten the messages")))
     if chat.max_model_len is not None:
         least = -(-text_chars // token_chars)  # ceil: tokens the message text needs at least
         if least >= chat.max_model_len:

@@ -15,6 +15,9 @@ to the hook that was there before. A short timer thread does the scheduling (cal
 would run the handler again at once, inside the hook); a block that ends before the retry lands raises
 `Terminated` as it exits.
 
+A SIGTERM that lands inside a database call (SQLAlchemy, sqlite3: a tracking write in progress) is
+delivered the same way a moment later, once the call has returned.
+
 A SIGKILL cannot be caught; what is left RUNNING then is closed by the next start in the same run
 directory (`envace.trainers.run_tracker.RunTracker` marks its predecessor's runs KILLED).
 """
@@ -80,7 +83,9 @@ def sigterm_raises() -> Iterator[None]:
         nonlocal fired, retrying
         if fired:
             return
-        if _inside(frame, _raise_again.__code__):  # the hook would swallow it too
+        # the unraisable hook would swallow it too; inside a database call (a commit) it would leave SQLite's
+        # write lock held and the run's own KILLED update would fail "database is locked": deliver it later
+        if _inside(frame, _raise_again.__code__) or _in_database(frame):
             _retry_soon(signum)
             return
         fired, retrying = True, None
@@ -121,6 +126,17 @@ def sigterm_raises() -> Iterator[None]:
 
 
 _RETRY_AFTER_S = 0.01
+
+
+DATABASE_CODE = ("/sqlalchemy/", "/sqlite3/")
+
+
+def _in_database(frame) -> bool:  # noqa: ANN001 - a frame object or None
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in DATABASE_CODE):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _inside(frame, code) -> bool:  # noqa: ANN001 - a frame object or None

@@ -3,8 +3,10 @@
 A `Transition` is one executed call: the tools offered, the conversation before the call (OpenAI chat
 messages: user turns, earlier calls and their real responses), the call, the environment's response
 text, the environment's own error signal and the response as a Rehearse target value (`target_value`).
-Files are JSON Lines, one transition per line; `read_transitions` names the file, line and field of a bad
-record.
+Files are JSON Lines, one transition per line; `read_transitions` checks each record's shape as it loads
+(every field's type, each history entry a chat message, each tool a function schema, no lone surrogate,
+each line within envace.input_budget.RECORD_BYTES, UTF-8, decodable depth) and names the file, line and
+field of a bad record, so scoring never meets a value of the wrong type.
 
 `target_value` departs from the raw text where the Rehearse format cannot hold it: the format carries a
 non-empty JSON object or array, so a JSON object / array response is kept as it is, an error that is not
@@ -28,7 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from envace.execution_result import ERROR_KEY
+from envace.input_budget import RECORD_BYTES, text_problem
 from envace.types import ErrorCode
+
+ROLES = ("system", "user", "assistant", "tool")
+REBUILD = "rebuild with `envace worldbench build`"
 
 
 class Source(str, Enum):
@@ -115,14 +121,51 @@ class Transition:
                 or not isinstance(call.get("arguments"), dict):
             raise ValueError(f"{where}: field 'call' must be {{'name': str, 'arguments': object}}, got {call!r:.120}")
         for name, typ in (("tools", list), ("history", list), ("response", str), ("is_error", bool),
-                          ("position", int)):
-            if not isinstance(d[name], typ):
+                          ("position", int), ("id", str), ("domain", str), ("task_id", str), ("meta", dict)):
+            if name in d and (not isinstance(d[name], typ) or (typ is int and isinstance(d[name], bool))):
                 raise ValueError(f"{where}: field {name!r} must be {typ.__name__}, got {type(d[name]).__name__}")
+        if d.get("result_schema") is not None and not isinstance(d["result_schema"], dict):
+            raise ValueError(f"{where}: field 'result_schema' must be an object or null, got "
+                             f"{type(d['result_schema']).__name__}; {REBUILD}")
+        problem = _shape_problem(d["history"], d["tools"]) or _surrogate(d)
+        if problem is not None:
+            raise ValueError(f"{where}: {problem}; {REBUILD}")
         try:
             return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
         except ValueError as exc:  # an enum value
             raise ValueError(f"{where}: {exc}; valid sources {[s.value for s in Source]}, kinds "
                              f"{[k.value for k in CallKind]}, splits {[s.value for s in Split]}") from None
+
+
+def _shape_problem(history: list[Any], tools: list[Any]) -> str | None:
+    """What is wrong with the history messages or tool schemas (the prompt builders' input), or None."""
+    for i, m in enumerate(history):
+        at = f"history[{i}]"
+        if not isinstance(m, dict):
+            return f"field {at!r} must be a message object, got {type(m).__name__}"
+        if m.get("role") not in ROLES:
+            return f"field '{at}.role' is {m.get('role')!r:.40}, not one of {', '.join(ROLES)}"
+        if m.get("content") is not None and not isinstance(m["content"], str):
+            return f"field '{at}.content' must be a string or null, got {type(m['content']).__name__}"
+        calls = m.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            return f"field '{at}.tool_calls' must be a list, got {type(calls).__name__}"
+        for j, c in enumerate(calls or []):
+            fn = c.get("function", c) if isinstance(c, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                return f"field '{at}.tool_calls[{j}]' must be {{'function': {{'name': str, 'arguments': ...}}}}"
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict):
+            return f"field 'tools[{i}]' must be a tool object, got {type(t).__name__}"
+        fn = t.get("function", t)
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            return f"field 'tools[{i}].function.name' must be a string"
+    return None
+
+
+def _surrogate(d: dict[str, Any]) -> str | None:
+    found = text_problem(d)
+    return None if found is None else f"field {found[0]!r} holds a lone surrogate (not valid Unicode text)"
 
 
 def write_transitions(path: str | Path, transitions: Iterable[Transition]) -> int:
@@ -143,15 +186,26 @@ def iter_transitions(path: str | Path) -> Iterator[Transition]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(2, "worldbench transitions not found; run `envace worldbench build`", str(p))
-    with p.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+    limit = RECORD_BYTES.value()
+    with p.open("rb") as f:
+        for i, raw in enumerate(f, 1):
+            if len(raw) > limit:  # refused before it is decoded
+                err = RECORD_BYTES.error(f"{p}:{i}", "the line is", len(raw), "split the record or shorten it")
+                raise ValueError(f"{err.where}: {err.what}; {err.fix}")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{p}:{i}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                                 f"{REBUILD}") from None
             if not line.strip():
                 continue
             try:
-                raw = json.loads(line)
+                decoded = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{p}:{i}: not JSON ({exc.msg}); rebuild with `envace worldbench build`") from None
-            yield Transition.from_dict(raw, f"{p}:{i}")
+                raise ValueError(f"{p}:{i}: not JSON ({exc.msg}); {REBUILD}") from None
+            except RecursionError:
+                raise ValueError(f"{p}:{i}: nested too deeply to decode; {REBUILD}") from None
+            yield Transition.from_dict(decoded, f"{p}:{i}")
 
 
 def read_transitions(path: str | Path) -> list[Transition]:

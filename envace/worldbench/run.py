@@ -2,7 +2,8 @@
 
 Per source: the test transitions (or a seeded subset of `limit` of them: ordered by a hash of (seed, id),
 the first `limit` taken, so the same subset comes back every time), the train transitions for few-shot
-and the reference rows' fallbacks. Each row (the reference rows, then the model slot) predicts every
+and the reference rows' fallbacks. An empty test split is an error naming its file, not a score over
+nothing. Each row (the reference rows, then the model slot) predicts every
 selected transition; its scores are aggregated (envace.worldbench.score) with its wall time.
 
 Outputs: `<out>/worldbench.json` (config, data hashes, per-row aggregates, wall times, failures),
@@ -47,7 +48,11 @@ def load(cfg: ScoreConfig) -> tuple[list[Transition], list[Transition], dict[str
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     hashes = {}
     for s in wanted:
-        test += subset(read_transitions(dirs[s] / "test.jsonl"), cfg.limit, cfg.seed)
+        found = read_transitions(dirs[s] / "test.jsonl")
+        if not found:  # scoring nothing would report 0 transitions as a result
+            raise ValueError(f"{dirs[s] / 'test.jsonl'} holds no transitions; rebuild it with `envace worldbench "
+                             f"build`, or leave {s.value} out of sources")
+        test += subset(found, cfg.limit, cfg.seed)
         if (dirs[s] / "train.jsonl").is_file():
             train += read_transitions(dirs[s] / "train.jsonl")
         hashes[s.value] = (manifest.get("sources", {}).get(s.value) or {}).get("md5")

@@ -12,6 +12,9 @@ import yaml
 from envace.sweeps.schedule import validate_cron
 
 pytestmark = pytest.mark.flows
+
+# a valid config whose cell fails when it runs: its frozen simulator's model dir does not exist
+MISSING_SIMULATOR = ["rollout.mode=simulator", "rollout.simulator_model=/nonexistent/simulator"]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -35,8 +38,9 @@ def test_without_a_server_the_loop_waits_for_the_cron_time_and_runs_the_sweep(pr
                                                                                tmp_path, monkeypatch):
     import flows.sweep as sweep_mod
 
-    # every cell fails at config validation, so the scheduled run is quick; it still runs the real flow
-    path = write_sweep(tmp_path, "loop", {"variant": {"bad": ["rollout.mode=simulator"]}})
+    # every cell fails at once (its simulator model dir does not exist), so the scheduled run is quick; it
+    # still runs the real flow
+    path = write_sweep(tmp_path, "loop", {"variant": {"bad": MISSING_SIMULATOR}})
     monkeypatch.setattr(sweep_mod, "prefect_api_url", lambda: None)
     slept: list[float] = []
     sweep_mod.schedule_sweep(path, "* * * * *", max_runs=1, sleep=slept.append)

@@ -20,6 +20,9 @@ from envace.tracking.mlflow_run import PARENT_TAG, child_runs
 
 pytestmark = pytest.mark.flows
 
+# a valid config whose cell fails when it runs: its frozen simulator's model dir does not exist
+MISSING_SIMULATOR = ["rollout.mode=simulator", "rollout.simulator_model=/nonexistent/simulator"]
+
 TWO_CELLS = {"variant": {"envace": [], "grpo_env": ["rollout.mode=env", "algo.advantage=grpo"]}}
 NAMES = ["variant=envace,seed=0", "variant=grpo_env,seed=0"]
 
@@ -147,13 +150,13 @@ def test_rerun_in_a_new_process_is_cached(two_cell):
 def test_failing_cell_does_not_stop_the_others(prefect_harness, write_sweep, tmp_path):
     from flows.sweep import run_sweep_from_file
 
-    # 'bad' is first and invalid: simulator mode without a simulator model raises inside its cell
-    axes = {"variant": {"bad": ["rollout.mode=simulator"], "envace": []}}
+    # 'bad' is first and fails when it runs: its simulator model dir does not exist (its config is valid)
+    axes = {"variant": {"bad": MISSING_SIMULATOR, "envace": []}}
     path = write_sweep(tmp_path, "with-failure", axes)
     summary = run_sweep_from_file(path)
     bad, good = "variant=bad,seed=0", "variant=envace,seed=0"
     assert list(summary["failed"]) == [bad]
-    assert "simulator_model" in summary["failed"][bad]
+    assert "/nonexistent/simulator" in summary["failed"][bad]
     assert summary["cells"] == {bad: "failed", good: "completed"}
     kids = child_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", summary["parent_run_id"])
     assert kids == [summary["child_runs"][good]]

@@ -12,12 +12,15 @@ from typer.testing import CliRunner
 
 pytestmark = pytest.mark.flows
 
+# a valid config whose cell fails when it runs: its frozen simulator's model dir does not exist
+MISSING_SIMULATOR = ["rollout.mode=simulator", "rollout.simulator_model=/nonexistent/simulator"]
+
 
 def test_failed_cells_fail_the_command_and_the_parent_run(prefect_harness, write_sweep, tmp_path):
     from envace.cli import app
 
-    # every cell fails inside the flow (simulator mode without a simulator model): quick, but the real flow runs
-    path = write_sweep(tmp_path, "all-bad", {"variant": {"bad": ["rollout.mode=simulator"]}})
+    # every cell fails inside the flow (its simulator model dir does not exist): quick, but the real flow runs
+    path = write_sweep(tmp_path, "all-bad", {"variant": {"bad": MISSING_SIMULATOR}})
     result = CliRunner().invoke(app, ["sweep", "run", str(path)])
     assert result.exit_code == 1, result.output
     assert "1 of 1 sweep cells failed" in result.output

@@ -70,6 +70,7 @@ def test_record_masking_covers_every_logger_and_handler():
     handler = logging.StreamHandler(stream)
     log.addHandler(handler)
     try:
+        logging.setLogRecordFactory(logging.LogRecord)  # an in-process CLI test in this worker may have installed it
         log.warning("connecting to %s", "postgresql://u:PASSWORD@h/db")
         assert "PASSWORD" in stream.getvalue()  # control: without masking the password is written
         install_record_masking()

@@ -74,10 +74,10 @@ def saved(tiny_model_dir):
 
 
 @pytest.mark.parametrize(("error", "free", "says"), [
-    (OSError(errno.ENOSPC, "No space left on device"), 1 << 40, "no space left on the device"),
+    (OSError(errno.ENOSPC, "No space left on device"), 1 << 40, "no space left on device"),
     # torch's zip writer on a full disk: an opaque RuntimeError; the free space tells
     (RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/0: "
-                  "file write failed"), 0, "no space left on the device"),
+                  "file write failed"), 0, "no space left on device"),
     (OSError(errno.EROFS, "Read-only file system"), 1 << 40, "the filesystem is read-only"),
     (PermissionError(errno.EACCES, "Permission denied"), 1 << 40, "permission denied"),
 ])
