@@ -53,7 +53,7 @@ def _command_name(argv: list[str]) -> str:
         if a.startswith("-") or "=" in a:
             break
         words.append(a)
-        if a not in ("model", "data", "sweep", "store", "worldbench"):
+        if a not in ("model", "data", "sweep", "store", "worldbench", "tts"):
             break
     return " ".join(words)
 
@@ -86,10 +86,12 @@ model_app = typer.Typer(help="Build or import policy models.", no_args_is_help=T
 data_app = typer.Typer(help="Tool-world data and dataset versioning.", no_args_is_help=True)
 sweep_app = typer.Typer(help="Ablation and test-time-rehearsal sweeps (Prefect).", no_args_is_help=True)
 store_app = typer.Typer(help="The trajectory store (SQLite file or PostgreSQL URL).", no_args_is_help=True)
+tts_app = typer.Typer(help="Test-time rehearsal diagnostics.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(data_app, name="data")
 app.add_typer(sweep_app, name="sweep")
 app.add_typer(store_app, name="store")
+app.add_typer(tts_app, name="tts")
 
 
 def _register_worldbench() -> None:
@@ -151,6 +153,14 @@ def data_build(out: Path = typer.Option(Path("data/world"), help="Output dir."),
     from envace.data.export import export_world
 
     typer.echo(json.dumps(export_world(out, {"train": n_train, "val": n_val, "test": n_test}, seed), indent=2))
+
+
+@data_app.command("export")
+def data_export(src: Path, dest: Path, data_source: str = typer.Option("cm2", help="The rows' data_source.")):
+    """Write CM2 items (JSON array or JSON lines) as the verl parquet a verl launch config names (train_files)."""
+    from envace.data.verl_export import export_verl
+
+    typer.echo(json.dumps(export_verl(src, dest, data_source=data_source), indent=2))
 
 
 @data_app.command("add")
@@ -278,6 +288,26 @@ def evaluate(checkpoint: str | None = typer.Argument(
     raise typer.Exit(report_results(results))  # the table on stdout; 3 when a benchmark measured nothing
 
 
+@tts_app.command("diagnose", context_settings={"allow_extra_args": True})
+def tts_diagnose(model_dir: str = typer.Argument(..., help="Policy model dir or step_* checkpoint dir."),
+                 overrides: list[str] = typer.Argument(None, help="TTSDiagnosisConfig key=value overrides, e.g. "
+                                                      "n_tasks=100 oracle=false.")):
+    """Why rehearsal helps or hurts: N=0, N x mode, an oracle and two placebo bounds, paired per task vs N=0."""
+    from envace.config import load_config
+    from envace.evaluation.tts_diagnosis import TTSDiagnosisConfig
+
+    cfg = load_config(TTSDiagnosisConfig, None, list(overrides or []), model=model_dir)
+    from envace.evaluation.tts_diagnosis import format_table, run_tts_diagnosis
+
+    res = run_tts_diagnosis(cfg, echo=lambda line: typer.echo(line, err=True))
+    typer.echo(format_table(res))
+    typer.echo(f"wrote {res['paths']['json']} and {res['paths']['csv']} ({res['wall_s']:.0f} s)")
+    if res["failed"]:  # the table holds the rows that ran; a failed component fails the command
+        typer.secho(f"error: {len(res['failed'])} condition(s) failed ({', '.join(res['failed'])}): see their rows "
+                    "above; rerun with --debug for the traceback", fg=typer.colors.RED, err=True)
+        raise typer.Exit(3)
+
+
 @app.command()
 def serve(model_dir: Path, host: str = "127.0.0.1", port: int = 8000,
           max_model_len: int | None = typer.Option(
@@ -336,8 +366,18 @@ def _masked(url: str) -> str:
 
 
 @sweep_app.command("run")
-def sweep_run(config: Path):
+def sweep_run(config: Path, dry_run: bool = typer.Option(
+        False, "--dry-run", help="Check the sweep's size and every cell's config, print the cells; run nothing.")):
     """Run an ablation / TTS sweep now (Prefect flow)."""
+    if dry_run:
+        from envace.cli_errors import existing_path
+        from envace.config import load_config
+        from envace.sweeps.grid import SweepConfig
+        from envace.sweeps.preflight import dry_run as sweep_dry_run
+
+        typer.echo(json.dumps(sweep_dry_run(load_config(SweepConfig, existing_path(
+            config, "CONFIG", "pass a sweep YAML like configs/sweeps/example_two_cell.yaml"))), indent=2))
+        return
     from flows.sweep import run_sweep_from_file
 
     summary = run_sweep_from_file(config)

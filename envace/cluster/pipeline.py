@@ -4,7 +4,8 @@
 2. `train_on_verl`: the verl launcher (`envace.trainers.verl.launcher`) with the exported parquet as
    train / val files and the checkpoints under the pipeline's directory. Its config is always composed
    with verl's own Hydra config first (a bad key fails here, not on the cluster). `mode: run` checks that
-   the Ray cluster has the GPUs the config asks for, then blocks on `main_ppo`; verl's MLflow logger
+   the Ray cluster has the GPUs the config asks for, then the launcher's preflight (data files, judge
+   probe, GPUs per node) runs and `main_ppo` blocks; verl's MLflow logger
    attaches to the pipeline's `verl-train` child run (MLFLOW_RUN_ID in the job's runtime env).
    `dry_run` composes and returns the command without training, then goes on with the checkpoints
    already under `checkpoints` when that is set (else the pipeline ends there); `skip` trains nothing.
@@ -183,6 +184,19 @@ def cluster_gpus(address: str) -> float:
         restore_auth(before)
 
 
+def cluster_node_gpus(address: str) -> list[float]:
+    """GPUs per live node of the Ray cluster at `address`, connecting with the same token auth as
+    `cluster_gpus` (what the launcher's preflight asks before main_ppo starts)."""
+    from envace.sweeps.ray_runner import restore_auth, use_token_auth
+    from envace.trainers.verl.preflight import ray_node_gpus
+
+    before = use_token_auth(None)
+    try:
+        return ray_node_gpus(address)
+    finally:
+        restore_auth(before)
+
+
 def train_on_verl(cfg: ClusterPipelineConfig, data: dict[str, Any] | None, mlflow_run_id: str | None) -> dict[str, Any]:
     """Compose (always), then run / dry-run the verl job; returns {mode, command, checkpoint_dir}."""
     import os
@@ -208,7 +222,7 @@ def train_on_verl(cfg: ClusterPipelineConfig, data: dict[str, Any] | None, mlflo
             raise RuntimeError(f"the Ray cluster at {address} has {have:g} GPUs; the verl run asks for {need} "
                                f"(nnodes {launch.nnodes} x n_gpus_per_node {launch.n_gpus_per_node}). verl's FSDP "
                                f"actor and vLLM rollout need CUDA GPUs: run this step on a GPU cluster")
-    cmd = launch_verl(launch, dry_run=dry, environ=environ)
+    cmd = launch_verl(launch, dry_run=dry, environ=environ, node_gpus=cluster_node_gpus)
     return {"mode": cfg.train.mode.value, "command": cmd, "checkpoint_dir": launch.checkpoint_dir}
 
 

@@ -14,6 +14,7 @@ from envace.config import BaseConfig, ConfigError, RolloutConfig
 from envace.data.config import DataConfig
 from envace.engines.slots import ModelSlot
 from envace.tracking.config import TrackingConfig
+from envace.trainers.unscored_guard import UnscoredGuardConfig
 
 
 class AlgoConfig(BaseConfig):
@@ -177,6 +178,9 @@ class TrainConfig(BaseConfig):
                                                          "drives the reward down.")
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig,
                                                     description="Drop zero-variance groups and refill (DAPO).")
+    unscored: UnscoredGuardConfig = Field(default_factory=UnscoredGuardConfig,
+                                          description="Stop the run when the reward judge leaves most episodes "
+                                                      "unscored for several steps in a row (a dead judge).")
     shadow_monitor: bool | None = Field(None, description="Replay each rehearsed trajectory's Act calls in the real "
                                                           "world (never shown to the policy, never rewarded) and log "
                                                           "rehearsed vs real reward; None = on for world tasks in "

@@ -54,6 +54,7 @@ from envace.trainers.run_tracker import RunTracker
 from envace.trainers.schedule import lr_at, set_lr
 from envace.trainers.shadow import shadow_metrics, shadow_replay
 from envace.trainers.train_rows import TrainRow, assign_advantages, build_rows
+from envace.trainers.unscored_guard import UnscoredGuard
 from envace.trainers.update import policy_update, role_rows
 from envace.types import Mode, Role, Task, Trajectory
 
@@ -248,11 +249,13 @@ def _train(cfg: TrainConfig, rehearse_engine: Any = None) -> TrainResult:
                         | ({"judge": scorer.judge_label} if scorer.judge_label else {}))
     result = TrainResult(out_dir=out_dir, last_step=start, mlflow_run_id=tracker.mlflow_run_id)
     bar = _progress(cfg, start)
+    guard = UnscoredGuard.from_config(cfg.unscored, scorer.judge_label or f"reward={cfg.reward}")
     try:
         for step in range(start + 1, cfg.steps + 1):
             t0 = time.perf_counter()
             batch = rollout_step(pool, cfg, step, policy, mode, scorer, env_factory, simulator)
             t_roll = time.perf_counter() - t0
+            guard.observe(step, sum(t.reward is None for t in batch.generated), len(batch.generated))  # dead judge
             trajs = batch.kept
             shadow = _shadow_metrics(batch.generated, scorer) if cfg.shadow_enabled else {}
             rows, echo, grounding = step_rows(trajs, cfg, step, policy.tokenizer)

@@ -113,9 +113,14 @@ def test_launch_runs_main_ppo_against_the_cluster(tmp_path, example_cfg):
     fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
                     f"json.dump({{'argv': sys.argv[1:], 'env': dict(os.environ)}}, open({str(record)!r}, 'w'))\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    cfg = example_cfg.model_copy(update={"python": str(fake)})
+    data = [tmp_path / "train.parquet", tmp_path / "val.parquet"]
+    for f in data:
+        f.write_bytes(b"")  # the preflight checks that the files exist
+    cfg = example_cfg.model_copy(update={"python": str(fake), "train_files": [str(data[0])],
+                                         "val_files": [str(data[1])],
+                                         "loop": example_cfg.loop.model_copy(update={"reward": "checklist_rule"})})
     cmd = launch_verl(cfg, environ={"RAY_ADDRESS": "10.0.0.1:6379", "PATH": "/usr/bin",
-                                    "MLFLOW_TRACKING_URI": "http://mlflow:5000"})
+                                    "MLFLOW_TRACKING_URI": "http://mlflow:5000"}, node_gpus=lambda address: [8, 8])
     seen = json.loads(record.read_text())
     assert seen["argv"] == cmd[1:] and seen["argv"][:2] == ["-m", "verl.trainer.main_ppo"]
     assert seen["env"]["RAY_ADDRESS"] == "10.0.0.1:6379"
@@ -149,13 +154,19 @@ def test_attention_and_log_prob_memory_match_the_install(composed, example_cfg):
     reqs = (EXAMPLE.parents[2] / "requirements" / "gpu-cluster.txt").read_text().lower().splitlines()
     assert not [line for line in reqs if "flash" in line and not line.startswith("#")]
     assert arr.model.override_config.attn_implementation == "sdpa" and arr.model.use_remove_padding is False
-    # micro-batches by token count, capped at one whole row of max_model_len, for log-probs and the update
-    assert arr.actor.use_dynamic_bsz and arr.rollout.log_prob_use_dynamic_bsz and arr.ref.log_prob_use_dynamic_bsz
-    assert (arr.actor.ppo_max_token_len_per_gpu, arr.rollout.log_prob_max_token_len_per_gpu,
-            arr.ref.log_prob_max_token_len_per_gpu) == (20000,) * 3
+    # sdpa pads a micro-batch to its longest row: one row per micro-batch for log-probs and the update
+    assert not (arr.actor.use_dynamic_bsz or arr.rollout.log_prob_use_dynamic_bsz or arr.ref.log_prob_use_dynamic_bsz)
+    assert (arr.actor.ppo_micro_batch_size_per_gpu, arr.rollout.log_prob_micro_batch_size_per_gpu,
+            arr.ref.log_prob_micro_batch_size_per_gpu) == (1,) * 3
+    # packed rows (flash-attention 2): micro-batches by real-token count, capped at one row of max_model_len
     flash = compose_verl_config(build_overrides(example_cfg.model_copy(update={"attn_implementation":
-                                                                               "flash_attention_2"})))
-    assert flash.actor_rollout_ref.model.use_remove_padding is True
+                                                                               "flash_attention_2",
+                                                                               "micro_batching": "auto"})))
+    farr = flash.actor_rollout_ref
+    assert farr.model.use_remove_padding is True and farr.actor.entropy_from_logits_with_chunking is True
+    assert farr.actor.use_dynamic_bsz and farr.rollout.log_prob_use_dynamic_bsz and farr.ref.log_prob_use_dynamic_bsz
+    assert (farr.actor.ppo_max_token_len_per_gpu, farr.rollout.log_prob_max_token_len_per_gpu,
+            farr.ref.log_prob_max_token_len_per_gpu) == (20000,) * 3
     with pytest.raises((ConfigError, ValueError), match="max_tokens_per_gpu 8000 < max_model_len 20000"):
         load_config(VerlLaunchConfig, EXAMPLE, ["max_tokens_per_gpu=8000"])
 

@@ -171,10 +171,22 @@ def test_one_optimizer_step_per_training_step(verl_api, verl_config_factory, sin
 def test_other_estimators_use_verls_step(verl_api, verl_config_factory, monkeypatch):
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+    from types import SimpleNamespace
+
+    from envace.trainers.verl import trainer as trainer_module
+
+    class StandInQueue:  # the unscored check reads each row's extra_fields first (tests/verl/test_unscored_stop.py)
+        def kv_batch_get(self, *, keys, partition_id, select_fields):
+            return {"extra_fields": SimpleNamespace(tolist=lambda: [{"envace_scored": True}] * len(keys))}
+
+    monkeypatch.setattr(trainer_module, "_tq", StandInQueue())
     called = []
     monkeypatch.setattr(PPOTrainerSync, "_compute_advantage", lambda self, b, m: called.append(b) or b)
     trainer = bare_trainer(verl_config_factory(adv_estimator="grpo"))
-    assert trainer._compute_advantage("batch", {}) == "batch" and called == ["batch"]
+    batch = SimpleNamespace(keys=["u_0_0", "u_1_0"], partition_id="train", tags=[{}, {}])
+    metrics: dict = {}
+    assert trainer._compute_advantage(batch, metrics) is batch and called == [batch]
+    assert metrics["envace/episodes/unscored_share"] == 0.0  # the stop rule ran before verl's own step
 
 
 def test_trainer_is_registered(verl_api):

@@ -6,6 +6,7 @@ Modules (verl, ray and transfer_queue are imported only inside them, through `de
 - trainer: the V1 trainer `trainer_mode=envace` (role-wise advantages, one update per step);
 - reward: `compute_score` for verl's reward path; dataset: verl rows <-> envace Tasks;
 - launcher: Hydra overrides and the `python -m verl.trainer.main_ppo` command; config: both configs;
+- preflight: the checks before main_ppo starts; memory: the dry run's log-prob / update memory estimate;
 - per_role / rollout_names: the Rehearse actor of `policy=per_role` and its own rollout name;
 - temperature / logits: per-row log-prob temperatures, the fp32 temperature division in verl's engine;
 - schedule: epochs reconciled with the steps on the rows verl keeps.

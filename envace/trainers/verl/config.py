@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from envace.config import BaseConfig, ConfigError, EpisodeRules
+from envace.trainers.unscored_guard import UnscoredGuardConfig
 
 LOOP_SECTION = "envace"  # top-level key of the Hydra config holding LoopSettings
 class EndpointConfig(BaseConfig):
@@ -64,8 +65,11 @@ class LoopSettings(EpisodeRules):
     ppo_mini_batches: int = Field(1, ge=1, description="With single_update: the step's rows split into this many "
                                                        "equal mini-batches (set from the launch config's "
                                                        "ppo_mini_batches).")
-    empty_output_penalty: float = Field(0.0, ge=0, description="Subtracted from the reward of a row with empty text "
-                                                               "(reference: 0.1; embedded: algo.empty_output_penalty).")
+    empty_output_penalty: float = Field(0.0, ge=0, description="Refused above 0 on verl (the embedded trainer's "
+                                                               "algo.empty_output_penalty applies it per row).")
+    unscored: UnscoredGuardConfig = Field(default_factory=UnscoredGuardConfig,
+                                          description="Stop the run when the judge leaves most episodes unscored "
+                                                      "for several steps (envace.trainers.unscored_guard).")
     seed: int = Field(0, description="Sampling seeds derive from (seed, step, prompt index, sample, role, call).")
     threads: int = Field(256, ge=1, description="Episode threads per agent-loop worker (mostly waiting on the server).")
     echo_coef: float = Field(0.0, ge=0, description="The echo arm (embedded: algo.echo_coef); refused here: > 0 "
@@ -76,6 +80,13 @@ class LoopSettings(EpisodeRules):
 
     @model_validator(mode="after")
     def _check(self) -> LoopSettings:
+        if self.empty_output_penalty > 0:
+            # verl 0.9.1's V1 adapter (agent_loop_tq._agent_loop_postprocess) copies the last output's
+            # reward_score onto every earlier output of the episode, so a per-row penalty lands on the wrong rows
+            raise ConfigError(f"envace.empty_output_penalty={self.empty_output_penalty}: verl's V1 agent-loop adapter "
+                              "copies an episode's last row reward onto its other rows, so a per-row penalty would "
+                              "hit the wrong rows; set envace.empty_output_penalty=0 (the embedded trainer applies "
+                              "it per row: algo.empty_output_penalty)")
         for key, arm in (("echo_coef", "echo"), ("grounded_fraction", "grounded")):
             if getattr(self, key) > 0:
                 raise ConfigError(f"envace.{key}={getattr(self, key)}: the {arm} arm runs on the embedded backend "
@@ -106,6 +117,17 @@ class LoopSettings(EpisodeRules):
             raise ConfigError("\n".join(lines) + "\nfix the +envace.* overrides (see configs/verl/)") from None
 
 
+class MemoryShape(BaseConfig):
+    """What the dry run's memory estimate needs beyond the launch settings (envace.trainers.verl.memory)."""
+
+    vocab: int = Field(151_936, ge=1, description="Vocabulary size (Qwen3: 151,936).")
+    hidden: int = Field(4096, ge=1, description="Hidden size (Qwen3-8B: 4096).")
+    layers: int = Field(36, ge=1, description="Decoder layers (Qwen3-8B: 36).")
+    rows: list[int] = Field(default_factory=list, description="Real token lengths of rows one GPU may get in a "
+                                                              "step (a late Act turn, Rehearse calls, ...); empty "
+                                                              "= one row of max_model_len.")
+
+
 class VerlLaunchConfig(BaseConfig):
     """`envace train --backend verl CONFIG`: one verl run of EnvACE on an existing Ray cluster."""
 
@@ -113,8 +135,11 @@ class VerlLaunchConfig(BaseConfig):
     policy: Literal["shared", "per_role"] = Field(
         "shared", description="One model for both roles, or one per role (the embedded trainer's switch; per_role "
                               "on verl adds a Rehearse actor on as many GPUs again, see docs/gpu.md).")
-    train_files: list[str] = Field(..., min_length=1, description="verl parquet files (envace data export-verl).")
+    train_files: list[str] = Field(..., min_length=1, description="verl parquet files (envace data export CM2 OUT).")
     val_files: list[str] = Field(default_factory=list, description="Validation parquet files (empty = train files).")
+    val_batch_size: int | None = Field(None, ge=1, description="Prompts per validation batch (data.val_batch_size); "
+                                                               "None = train_batch_size. verl's default sends the "
+                                                               "whole validation set to the servers at once.")
     rollout: Literal["vllm", "sglang"] = Field("vllm", description="Rollout server backend.")
     n: int = Field(4, ge=2, description="Trajectories per prompt K (paper: 4).")
     train_batch_size: int = Field(16, ge=1, description="Prompts per training step (paper: 16).")
@@ -145,14 +170,22 @@ class VerlLaunchConfig(BaseConfig):
                                                  "embedded: algo.ppo_epochs).")
     ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch (embedded: algo.ppo_mini_batches); "
                                                        "divides train_batch_size.")
-    log_prob_micro_batch_per_gpu: int = Field(8, ge=1, description="Log-prob micro-batch per GPU (reference: 8); "
-                                                                    "unused while dynamic batch size is on.")
+    log_prob_micro_batch_per_gpu: int = Field(1, ge=1, description="Rows per log-prob micro-batch with "
+                                                                    "micro_batching=rows (reference: 8; sdpa pads "
+                                                                    "them all to the longest, so 1).")
+    micro_batching: Literal["auto", "rows", "tokens"] = Field(
+        "auto", description="Log-prob / update micro-batches: rows (a fixed row count: micro_batch_per_gpu, "
+                            "log_prob_micro_batch_per_gpu) or tokens (verl's dynamic batch size, max_tokens_per_gpu "
+                            "real tokens; needs remove-padding, i.e. flash_attention_2); auto = rows with sdpa, "
+                            "tokens with flash_attention_2.")
     max_tokens_per_gpu: int | None = Field(
-        None, ge=1, description="Token cap of one micro-batch per GPU for log-probs and the update (verl's dynamic "
-                                "batch size); None = max_model_len. At least one whole row: >= max_model_len.")
+        None, ge=1, description="With micro_batching=tokens: real-token cap of one micro-batch per GPU for log-probs "
+                                "and the update; None = max_model_len. At least one whole row: >= max_model_len.")
     attn_implementation: Literal["sdpa", "flash_attention_2"] = Field(
         "sdpa", description="Actor / reference attention: sdpa (torch, padded micro-batches) or flash_attention_2 "
                             "(remove-padding; needs flash-attn installed on every node, see docs/gpu.md).")
+    memory: MemoryShape = Field(default_factory=lambda: MemoryShape(),
+                                description="Model sizes and row mix of the dry run's memory estimate.")
     nnodes: int = Field(2, ge=1, description="Nodes (paper: 2).")
     n_gpus_per_node: int = Field(8, ge=1, description="GPUs per node (paper: 8).")
     total_training_steps: int | None = Field(470, ge=1, description="Training steps (paper: 470); None = epochs.")
@@ -162,15 +195,27 @@ class VerlLaunchConfig(BaseConfig):
     project: str = Field("envace", description="verl project name (MLflow experiment).")
     experiment: str = Field("envace_qwen3_8b", description="verl experiment name (MLflow run).")
     checkpoint_dir: str | None = Field(None, description="trainer.default_local_dir; None = verl's default.")
+    max_checkpoints_kept: int | None = Field(
+        2, ge=1, description="Newest actor checkpoints kept (trainer.max_actor_ckpt_to_keep; each holds fp32 weights "
+                             "+ Adam, ~96 GB for Qwen3-8B); None = keep every save.")
     loggers: list[str] = Field(default_factory=lambda: ["console", "mlflow"], description="verl trainer.logger.")
     ray_address: str | None = Field(None, description="Ray cluster address; None = $RAY_ADDRESS.")
     python: str = Field("python", description="Python executable on the driver node.")
+    forward_env: list[str] = Field(default_factory=list, description="Extra environment variables copied into every "
+                                                                     "Ray worker when set (e.g. HF_TOKEN); the rest "
+                                                                     "of this machine's environment stays here.")
     loop: LoopSettings = Field(default_factory=LoopSettings, description="The agent loop's envace: section.")
     overrides: list[str] = Field(default_factory=list, description="Extra raw Hydra overrides, appended last.")
 
     def token_cap(self) -> int:
         """Tokens per micro-batch per GPU for log-probs and the update (max_tokens_per_gpu, else max_model_len)."""
         return int(self.max_tokens_per_gpu or self.max_model_len)
+
+    def micro_batching_mode(self) -> Literal["rows", "tokens"]:
+        """`micro_batching` with auto resolved: rows with sdpa, tokens with remove-padding."""
+        if self.micro_batching != "auto":
+            return self.micro_batching
+        return "tokens" if self.attn_implementation == "flash_attention_2" else "rows"
 
     @model_validator(mode="after")
     def _check(self) -> VerlLaunchConfig:
@@ -195,6 +240,15 @@ class VerlLaunchConfig(BaseConfig):
         if self.max_tokens_per_gpu is not None and self.max_tokens_per_gpu < self.max_model_len:
             raise ConfigError(f"max_tokens_per_gpu {self.max_tokens_per_gpu} < max_model_len {self.max_model_len}: "
                               "verl's dynamic batch size needs every row to fit one micro-batch; raise it")
+        bad = [n for n in self.memory.rows if not 1 <= n <= self.max_model_len]
+        if bad:
+            raise ConfigError(f"memory.rows holds {bad}: a row has 1 to max_model_len = {self.max_model_len} tokens; "
+                              "fix memory.rows")
+        if self.micro_batching == "tokens" and self.attn_implementation == "sdpa":
+            raise ConfigError("micro_batching=tokens with attn_implementation=sdpa: verl caps real tokens but pads "
+                              "every row to the micro-batch's longest ({15000, 3000, 1000, 1000} = 60000 padded "
+                              "tokens under a 20000 cap); set micro_batching=rows, or flash_attention_2 "
+                              "(remove-padding, docs/gpu.md)")
         if self.policy == "per_role" and self.rollout != "vllm":
             raise ConfigError(f"policy=per_role runs its Rehearse servers on vLLM; rollout is {self.rollout!r}: set "
                               "rollout=vllm (see envace/trainers/verl/rollout_names.py)")

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from envace.data.errors import DataError
+from envace.data.verl_export import AGENT_NAME as VERL_AGENT_NAME
 from envace.data.verl_parquet import parse_verl_row, write_verl_parquet
 from envace.types import Task
 
-AGENT_NAME = "envace_agent"  # the name the agent loop registers under; rows select it via agent_name
+# the name the agent loop registers under; rows select it via agent_name (`envace data export` writes it)
+AGENT_NAME = VERL_AGENT_NAME
 
 
 def plain(value: Any) -> Any:

@@ -15,8 +15,9 @@ An unscored episode (judge failure) gets `reward_score` 0.0 so verl's metrics st
 and gives them advantage 0 (verl's generic estimators would count them as 0), and their response mask is
 all 0, so verl's loss (`agg_loss` over `loss_mask` = `response_mask`, fully masked rows skipped) counts
 neither their tokens nor their rows in any denominator, as the embedded update leaves them out. A row
-whose text is empty gets `envace.empty_output_penalty` subtracted from its `reward_score` (the reference's
-invalid-action penalty; 0 = off, as `algo.empty_output_penalty` on the embedded trainer).
+whose text is empty gets `empty_output_penalty` subtracted from its `reward_score` (the reference's
+invalid-action penalty); `LoopSettings` refuses `envace.empty_output_penalty` > 0, because verl's V1 adapter
+copies the episode's last row reward onto its earlier rows, so on verl the loop always passes 0.
 """
 
 from __future__ import annotations

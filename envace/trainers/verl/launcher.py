@@ -8,7 +8,11 @@ data files, nodes x GPUs, the envace agent loop / trainer / estimator / reward f
 with `VERL_USE_EXTERNAL_MODULES=envace.trainers.verl_plugin` in the job's runtime env, so every Ray
 worker registers envace even where the `verl.plugins` entry point is not installed.
 `compose_verl_config(overrides)` composes verl's own Hydra config with them (no GPU needed): an unknown
-key or a bad value fails there, before any cluster time is spent.
+key or a bad value fails there, before any cluster time is spent. Before `main_ppo` starts, `launch_verl`
+runs the preflight (preflight.py: MLflow address, data files, judge probe, the cluster's GPUs); the dry run
+prints the memory estimate of the log-prob and update paths (memory.py). Log-prob / update micro-batches
+are a fixed row count with sdpa (verl pads a micro-batch to its longest row) and a real-token cap with
+remove-padding. The workers get an allowlist of this machine's environment (`job_env`).
 
 Departures from the reference launcher: verl 0.9.1's V1 trainer instead of a forked verl 0.3; one
 optimizer step per training step (or `ppo_mini_batches` x `ppo_epochs`) comes from the envace trainer
@@ -24,6 +28,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +39,10 @@ PLUGIN_MODULE = "envace.trainers.verl_plugin"
 MAIN_MODULE = "verl.trainer.main_ppo"
 AGENT_LOOPS_YAML = Path(__file__).with_name("agent_loops.yaml")
 REWARD_FILE = Path(__file__).with_name("reward.py")
-FORWARDED_ENV = ("MLFLOW_TRACKING_URI", "HF_HOME", "HF_HUB_OFFLINE")  # copied into the job env when set
+# copied into every Ray worker when set, with the config's forward_env and the endpoints' api_key_env; not
+# HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE, which the envace command sets for itself and which would stop the
+# workers from downloading a hub model (name them in forward_env to send them)
+FORWARDED_ENV = ("MLFLOW_TRACKING_URI", "HF_HOME")
 
 
 _PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_/.:@%+-]*")
@@ -87,12 +95,15 @@ def build_overrides(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None
         # exactly M optimizer steps per epoch whatever the number of role-call rows)
         (f"{arr}.actor.ppo_mini_batch_size", cfg.train_batch_size // cfg.ppo_mini_batches),
         (f"{arr}.actor.ppo_micro_batch_size_per_gpu", cfg.micro_batch_per_gpu),
-        # micro-batches by token count (log-probs and the update): late-turn rows reach max_model_len tokens,
-        # and a fixed count of them materialises count x tokens x vocab logits
-        (f"{arr}.actor.use_dynamic_bsz", True),
+        # micro-batches (log-probs and the update): by real-token count when rows are packed (remove-padding);
+        # by a fixed row count otherwise, since sdpa pads every row of a micro-batch to its longest and a
+        # token cap would let one long row and many short ones become rows x longest padded tokens (memory.py)
+        (f"{arr}.actor.use_dynamic_bsz", cfg.micro_batching_mode() == "tokens"),
         (f"{arr}.actor.ppo_max_token_len_per_gpu", cfg.token_cap()),
         (f"{arr}.rollout.log_prob_max_token_len_per_gpu", cfg.token_cap()),
         (f"{arr}.ref.log_prob_max_token_len_per_gpu", cfg.token_cap()),
+        # the old log-probs' entropy in chunks: only verl's remove-padding path reads this switch
+        (f"{arr}.actor.entropy_from_logits_with_chunking", cfg.attn_implementation == "flash_attention_2"),
         (f"{arr}.actor.ppo_epochs", cfg.ppo_epochs),
         (f"{arr}.actor.clip_ratio_low", cfg.clip_low),
         (f"{arr}.actor.clip_ratio_high", cfg.clip_high),
@@ -130,6 +141,9 @@ def build_overrides(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None
         ("data.train_files", list(cfg.train_files)),
         ("data.val_files", list(cfg.val_files or cfg.train_files)),
         ("data.train_batch_size", cfg.train_batch_size),
+        # verl's V1 trainer still batches validation by it (trainer_base._init_dataloader; its validate_config
+        # calls the key deprecated); unset, the whole validation set goes to the servers at once
+        ("data.val_batch_size", cfg.val_batch_size or cfg.train_batch_size),
         ("data.max_prompt_length", cfg.max_prompt_length),
         ("data.max_response_length", cfg.max_response_length),
         ("data.filter_overlong_prompts", True),
@@ -143,6 +157,7 @@ def build_overrides(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None
         ("trainer.total_epochs", cfg.total_epochs),
         ("trainer.total_training_steps", cfg.total_training_steps),
         ("trainer.save_freq", cfg.save_freq),
+        ("trainer.max_actor_ckpt_to_keep", cfg.max_checkpoints_kept),
         ("trainer.test_freq", cfg.test_freq),
         ("trainer.project_name", cfg.project),
         ("trainer.experiment_name", cfg.experiment),
@@ -160,11 +175,18 @@ def build_overrides(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None
     return out + list(cfg.overrides)
 
 
+def forwarded_names(cfg: VerlLaunchConfig) -> list[str]:
+    """The allowlist of variables copied from this machine into the job (when set here)."""
+    keys = [e.api_key_env for e in (cfg.loop.judge, cfg.loop.simulator) if e is not None and e.api_key_env]
+    return list(dict.fromkeys([*FORWARDED_ENV, *keys, *cfg.forward_env]))
+
+
 def job_env(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment variables every Ray worker of the job gets (the plugin, MLflow, HF cache)."""
+    """Environment variables every Ray worker of the job gets: the plugin, and the allowlisted variables
+    set here (MLflow, HF cache, the judge's / simulator's API key variable, `forward_env`)."""
     environ = os.environ if environ is None else environ
     env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE}
-    env.update({k: environ[k] for k in FORWARDED_ENV if environ.get(k)})
+    env.update({k: environ[k] for k in forwarded_names(cfg) if environ.get(k)})
     return env
 
 
@@ -247,8 +269,11 @@ def validate_composed(composed: Any) -> list[str]:
     return lines
 
 
-def launch_verl(cfg: VerlLaunchConfig, *, dry_run: bool = False, environ: dict[str, str] | None = None) -> list[str]:
-    """Run verl's main_ppo for `cfg` against the Ray cluster at `cfg.ray_address` / $RAY_ADDRESS (blocking).
+def launch_verl(cfg: VerlLaunchConfig, *, dry_run: bool = False, environ: dict[str, str] | None = None,
+                node_gpus: Callable[[str], Sequence[float]] | None = None) -> list[str]:
+    """Run verl's main_ppo for `cfg` against the Ray cluster at `cfg.ray_address` / $RAY_ADDRESS (blocking),
+    after the preflight checks (preflight.py: MLflow address, data files, judge / simulator endpoints, the
+    cluster's GPUs; `node_gpus(address)` gives the GPUs per node, default: asked from Ray).
 
     Returns the command. With `dry_run` nothing runs and no cluster is needed.
     """
@@ -262,6 +287,9 @@ def launch_verl(cfg: VerlLaunchConfig, *, dry_run: bool = False, environ: dict[s
         raise ConfigError("no Ray cluster: set ray_address in the config or export RAY_ADDRESS=<head>:6379 "
                           "(start one with `ray start --head` on the head node and `ray start --address=...` "
                           "on the others)")
+    from envace.trainers.verl.preflight import preflight, ray_node_gpus
+
+    preflight(cfg, environ, address=address, node_gpus=node_gpus or ray_node_gpus)
     environ.update({"RAY_ADDRESS": address, **job_env(cfg, environ)})
     subprocess.run(cmd, env=environ, check=True)
     return cmd
@@ -287,6 +315,14 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         if cfg.policy == "per_role":
             print(f"# {per_role_resources(cfg)}")
+        from envace.trainers.verl.memory import memory_lines
+        from envace.trainers.verl.preflight import mlflow_problem
+
+        for line in memory_lines(cfg):
+            print(line)
+        warning = mlflow_problem(cfg, dict(os.environ))
+        if warning:  # the launch itself refuses it
+            print(f"# warning: {warning}")
         if args.show_config:
             from omegaconf import OmegaConf
 

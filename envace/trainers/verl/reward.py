@@ -40,7 +40,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     info = extra_info or {}
     if REWARD_KEY not in info and SCORED_KEY not in info:
         raise ValueError(f"extra_info of a {data_source!r} row has no {REWARD_KEY!r}: envace rows are scored by the "
-                         "envace_agent loop; select it with the row's agent_name (envace data export-verl) or "
+                         "envace_agent loop; select it with the row's agent_name (envace data export) or "
                          "actor_rollout_ref.rollout.agent.default_agent_loop=envace_agent")
     reward = info.get(REWARD_KEY)
     scored = bool(info.get(SCORED_KEY, reward is not None)) and reward is not None

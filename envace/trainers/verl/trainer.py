@@ -5,7 +5,9 @@ A subclass of verl's synchronous trainer (`PPOTrainerSync`); to verl's base clas
 checkpoint per save). It changes these steps and leaves the rest to verl:
 - `_init_dataloader`: after verl's (overlong prompts filtered), epochs are raised to reach the configured
   steps, or the run stops with an error naming the files when no full batch is left (schedule.py).
-- `_compute_advantage`: with `algorithm.adv_estimator=envace_role_grpo`, verl's own step runs (KL in
+- `_compute_advantage`: first the unscored-episode stop rule (unscored_guard.py: more than
+  `envace.unscored.threshold` of the step's episodes unscored for `envace.unscored.patience` steps stops
+  the run, naming the judge). Then, with `algorithm.adv_estimator=envace_role_grpo`, verl's own step runs (KL in
   the reward, rollout correction, write-back to TransferQueue) with its grouping function swapped for
   envace's `apply_role_advantages` (advantage.py): rows grouped by (prompt uid, role), the row keys
   `{uid}_{session}_{index}` as trajectory ids, each row's `extra_fields` (role, scored flag) read from
@@ -37,7 +39,8 @@ from typing import Any
 
 from omegaconf import open_dict
 
-from envace.trainers.verl.advantage import ESTIMATOR, apply_role_advantages
+from envace.trainers.unscored_guard import UnscoredGuard, episode_counts
+from envace.trainers.verl.advantage import ESTIMATOR, apply_role_advantages, row_key_parts
 from envace.trainers.verl.config import LoopSettings
 from envace.trainers.verl.deps import require
 from envace.trainers.verl.per_role import (
@@ -233,13 +236,36 @@ class EnvaceTrainer(_v1.PPOTrainerSync):
         with self._row_temperatures(batch):
             return super()._compute_ref_log_prob(batch, metrics)
 
+    def _check_unscored(self, keys: list[str], extra: list[Any], tags: list[dict] | None, metrics: dict) -> None:
+        """The unscored-episode stop rule (envace.trainers.unscored_guard) on one step's rows: an episode is a
+        row key's `{uid}_{session}`; verl's padding rows are not episodes; rows without envace's flag count
+        as scored."""
+        if getattr(self, "_unscored_guard", None) is None:
+            settings = self.envace_settings
+            judge = (f"{settings.judge.model} at {settings.judge.base_url}" if settings.judge is not None
+                     else f"envace.reward={settings.reward}")
+            self._unscored_guard = UnscoredGuard.from_config(settings.unscored, judge=judge)
+        rows = []
+        for key, fields, tag in zip(keys, extra, tags or [{}] * len(keys)):
+            if (tag or {}).get("is_padding", False):
+                continue
+            uid, session, _ = row_key_parts(key)
+            fields = getattr(fields, "data", fields)
+            rows.append((f"{uid}_{session}", bool((fields if isinstance(fields, dict) else {}).get("envace_scored",
+                                                                                                   True))))
+        unscored, total = episode_counts(rows)
+        metrics["envace/episodes/unscored_share"] = self._unscored_guard.observe(
+            int(getattr(self, "global_steps", 0)), unscored, total)
+
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
         """verl's own step (KL in the reward, rollout correction, write-back to TransferQueue) with its
-        grouping replaced: rows grouped by (prompt uid, role) instead of verl's last-row-per-session GRPO."""
-        if self.config.algorithm.adv_estimator != ESTIMATOR:
-            return super()._compute_advantage(batch, metrics)
+        grouping replaced: rows grouped by (prompt uid, role) instead of verl's last-row-per-session GRPO.
+        First, the unscored-episode stop rule (a dead judge stops the run instead of training nothing)."""
         td = _tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
         extra = td.pop("extra_fields").tolist()  # plain dicts (iterating would give NonTensorData wrappers)
+        self._check_unscored(list(batch.keys), extra, batch.tags, metrics)
+        if self.config.algorithm.adv_estimator != ESTIMATOR:
+            return super()._compute_advantage(batch, metrics)
         verls = _base.compute_advantage_for_multi_trajectories
         settings = self.envace_settings
 
