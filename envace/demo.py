@@ -7,7 +7,8 @@
 5. the same RL budget with standard GRPO in the real environment (the ablation baseline);
 6. evaluation of SFT, EnvACE and GRPO with the real environment on held-out tasks (greedy and T=1),
    with rehearsal fidelity;
-7. a small test-time-rehearsal sweep (N x parallel/sequential);
+7. a small test-time-rehearsal sweep (N x parallel/sequential), paired with N = 0 and read against
+   the oracle and placebo bounds of `envace tts diagnose`;
 steps 1-5 run envace.pipeline's step functions (the ones the Prefect flow and the DVC stages run);
 everything tracked in MLflow (one parent run, a child per stage) and the trajectory store, then it
 prints how to open the MLflow UI and the dashboard. `--quick` is a one-minute smoke version.
@@ -143,7 +144,8 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
             summary[f"eval_{name}"] = _eval(Path(res["checkpoint"]) / "policy", cfg, out, name, store)
             summary[f"delta_{name}"] = _paired_delta(name)
         _say("6/7 test-time rehearsal sweep")
-        summary["tts"] = _tts_sweep(out / "envace" / "checkpoints", cfg)
+        tts = _tts_sweep(out / "envace" / "checkpoints", cfg)
+        summary["tts"], summary["tts_bounds"], summary["tts_reading"] = tts["rows"], tts["bounds"], tts["reading"]
         _say("7/7 logging results")
         table = _table(summary)
         parent.log_artifact_dict(summary, "demo_summary.json")
@@ -151,7 +153,8 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
                                     if isinstance(v, float)})
     summary["wall_s"] = time.perf_counter() - t_start
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    _print_table(table, summary["tts"])
+    _print_table(table)
+    _print_tts(summary, cfg)
     _print_deltas(summary, cfg)
     print(f"\nTotal {summary['wall_s'] / 60:.1f} min. Results: {out / 'summary.json'}")
     print(f"MLflow UI:  .venv/bin/mlflow ui --backend-store-uri {mlflow_uri} --host 127.0.0.1 --port 5000")
@@ -159,24 +162,24 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
     return summary
 
 
-def _tts_sweep(ckpt_root: Path, cfg: DemoConfig) -> list[dict[str, Any]]:
+def _tts_sweep(ckpt_root: Path, cfg: DemoConfig) -> dict[str, Any]:
+    """N x mode on the EnvACE checkpoint, each row paired with N = 0 on the same tasks and seed, plus the
+    oracle and placebo bounds of `envace tts diagnose` (envace.evaluation.tts_diagnosis) to read them by."""
     from envace.data.tasks import load_tasks
-    from envace.engines.factory import make_engine
-    from envace.evaluation.config import EvalConfig
-    from envace.evaluation.world import evaluate_world
-    from envace.models.loading import load_policy
+    from envace.evaluation.paired import engine_for
+    from envace.evaluation.tts_diagnosis import TTSDiagnosisConfig, diagnose
     from envace.trainers.checkpoint import latest_checkpoint
+    from envace.worlds.environment import WorldEnvironment
 
-    model, tok = load_policy(latest_checkpoint(ckpt_root).model_dir("policy"))
-    engine = make_engine(model, tok)
-    ecfg = EvalConfig(model="-", n_tasks=cfg.tts_tasks)
-    tasks = load_tasks(ecfg.data, split="test", n=cfg.tts_tasks)
-    rows = []
-    for n in cfg.tts_n:
-        for mode in (["parallel"] if n == 0 else ["parallel", "sequential"]):
-            r = evaluate_world(engine, tasks, ecfg.rollout, seeds=[0], with_fidelity=False, tts_n=n, tts_mode=mode)
-            rows.append({"n": n, "mode": mode, "success": r["success"], "reward": r["reward"]})
-    return rows
+    model_dir = latest_checkpoint(ckpt_root).model_dir("policy")
+    ns = sorted({n for n in cfg.tts_n if n > 0})
+    dcfg = TTSDiagnosisConfig(model=str(model_dir), n_tasks=cfg.tts_tasks, seeds=[0], n=ns or [1], n_boot=4000,
+                              oracle=bool(ns), placebo=bool(ns))
+    tasks = load_tasks(dcfg.data, split="test", n=cfg.tts_tasks)
+    res = diagnose(dcfg, engine_for(model_dir), tasks, WorldEnvironment)
+    rows = [r for r in res["rows"] if r["kind"] == "base" or (r["kind"] == "tts" and r["n"] in ns)]
+    return {"rows": rows, "bounds": [r for r in res["rows"] if r["kind"] in ("oracle", "placebo")],
+            "reading": res["reading"], "tasks": len(tasks)}
 
 
 def _table(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -195,7 +198,7 @@ def _table(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _print_table(rows: list[dict[str, Any]], tts: list[dict[str, Any]]) -> None:
+def _print_table(rows: list[dict[str, Any]]) -> None:
     print("\nHeld-out test tasks, real environment:")
     print(f"{'model':10} {'greedy succ':>11} {'greedy rew':>10} {'T=1 succ':>12} {'T=1 rew':>8} {'valid':>6} "
           f"{'fid.exact':>9} {'fid.exact(determined)':>21}")
@@ -203,9 +206,28 @@ def _print_table(rows: list[dict[str, Any]], tts: list[dict[str, Any]]) -> None:
         print(f"{r['model']:10} {r['greedy_success']:11.3f} {r['greedy_reward']:10.3f} "
               f"{r['t1_success']:7.3f}±{r['t1_success_seed_std']:.3f} {r['t1_reward']:8.3f} "
               f"{r['tool_call_validity']:6.2f} {r['fidelity_exact']:9.3f} {r['fidelity_exact_determined']:21.3f}")
-    print("\nTest-time rehearsal (EnvACE checkpoint):")
-    for r in tts:
-        print(f"  N={r['n']} {r['mode']:10} success {r['success']:.3f} reward {r['reward']:.3f}")
+
+
+def _tts_line(r: dict[str, Any]) -> str:
+    if "error" in r:
+        return f"  {r['name']:22} error: {r['error']}"
+    parts = []
+    for m in ("success", "reward"):
+        p = r.get("paired", {}).get(m)
+        diff = "" if p is None or r["kind"] == "base" else f" ({p['diff']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}])"
+        parts.append(f"{m} {r[m]:.3f}{diff}")
+    return f"  {r['name']:22} " + "  ".join(parts)
+
+
+def _print_tts(summary: dict[str, Any], cfg: DemoConfig) -> None:
+    print(f"\nTest-time rehearsal (EnvACE checkpoint), change vs N=0 on the same {cfg.tts_tasks} test tasks and "
+          "seed (paired bootstrap 95 % interval over tasks, checkpoint fixed):")
+    for r in summary["tts"] + summary.get("tts_bounds", []):
+        print(_tts_line(r))
+    if summary.get("tts_reading"):
+        print(f"  Reading: {summary['tts_reading']['success']}")
+    print("  Bounds: oracle = rehearsal against private copies of the real world; placebo = the memory replaced by\n"
+          "  an empty note or by another task's note of the same length. Full table: `envace tts diagnose MODEL`.")
 
 
 def _print_deltas(summary: dict[str, Any], cfg: DemoConfig) -> None:

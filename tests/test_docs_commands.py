@@ -211,6 +211,10 @@ def _check_config(path: tuple[str, ...], params: dict) -> None:
         from envace.demo import DemoConfig
 
         load_config(DemoConfig, None, list(params.get("overrides") or []), out=str(params.get("out", "runs/demo")))
+    elif path == ("tts", "diagnose"):
+        from envace.evaluation.tts_diagnosis import TTSDiagnosisConfig
+
+        load_config(TTSDiagnosisConfig, None, list(params.get("overrides") or []), model=params["model_dir"])
     elif path == ("model", "init"):
         from envace.models.tiny import TinyModelConfig
 

@@ -10,6 +10,8 @@ N vs 0 differs only by the memory in the prompt); with
 Isolation is structural: no private phase is given an environment, and for the first user message
 `env_factory` reaches `run_rollout` only after the private phase has returned.
 Records: `traj.tts` on committed and private trajectories (see `tts_rollout`); `envace.store.tts` links them.
+`private_world` (diagnostic only, envace.evaluation.tts_diagnosis): the private episodes run against private
+copies of the world instead of Rehearse, the oracle bound; never the committed run's `env_factory`.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ def _link(phase: PrivatePhase, n: int, mode: str, attempt: int) -> None:
 
 def _attempt(tasks: list[Task], engine: GenerationEngine, cfg: RolloutConfig, commit_cfg: RolloutConfig, n: int,
              mode: str, env_factory: Callable[[], Environment], attempt: int, seed: int, opts: TTSConfig, step: int,
-             enable_thinking: bool, commit_seed: int) -> list[Trajectory]:
-    private = dict(n=n, mode=mode, options=opts, step=step, enable_thinking=enable_thinking)
+             enable_thinking: bool, commit_seed: int,
+             private_world: Callable[[], Environment] | None) -> list[Trajectory]:
+    private = dict(n=n, mode=mode, options=opts, step=step, enable_thinking=enable_thinking, world=private_world)
     first = rehearse_privately([first_view(t) for t in tasks], engine, cfg,
                                seed=derive_seed(seed, "tts-private", 0), **private)
     phases: list[list[PrivatePhase]] = [[ph] for ph in first]
@@ -116,7 +119,8 @@ def _attempt(tasks: list[Task], engine: GenerationEngine, cfg: RolloutConfig, co
 
 def tts_rollout(tasks: list[Task], policy_engine: GenerationEngine, cfg: RolloutConfig, n: int,
                 mode: TTSMode | str, env_factory: Callable[[], Environment], seed: int, *, k: int = 1,
-                options: TTSConfig | None = None, step: int = 0, enable_thinking: bool = True) -> list[Trajectory]:
+                options: TTSConfig | None = None, step: int = 0, enable_thinking: bool = True,
+                private_world: Callable[[], Environment] | None = None) -> list[Trajectory]:
     """k attempts per task of: N private rehearsals, then one committed env-mode episode. Returns the
     committed trajectories ordered by (task, attempt); their private ones are in `traj.tts["private"]`.
 
@@ -131,6 +135,8 @@ def tts_rollout(tasks: list[Task], policy_engine: GenerationEngine, cfg: Rollout
         raise ValueError("tts_rollout needs env_factory: the committed run executes in the real environment")
     if k < 1:
         raise ValueError(f"k={k}: need at least one attempt per task")
+    if private_world is not None and private_world is env_factory:
+        raise ValueError("private_world is the committed run's env_factory; the oracle bound needs private copies")
     opts = options or TTSConfig()
     commit_cfg = cfg
     if opts.commit_temperature is not None:
@@ -145,7 +151,8 @@ def tts_rollout(tasks: list[Task], policy_engine: GenerationEngine, cfg: Rollout
             t.reward_breakdown["tts"] = summary
         return trajs
     by_attempt = [_attempt(tasks, policy_engine, cfg, commit_cfg, n, mode, env_factory, a,
-                           derive_seed(seed, "tts-attempt", a), opts, step, enable_thinking, seed) for a in range(k)]
+                           derive_seed(seed, "tts-attempt", a), opts, step, enable_thinking, seed, private_world)
+                  for a in range(k)]
     out = []
     for p in range(len(tasks)):
         counter = 0

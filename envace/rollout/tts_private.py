@@ -10,6 +10,10 @@ episode is reviewed ("Achieved: yes/no" + a fix); the memory prompt turns them i
 `memory_max_tokens` generated tokens. Departures (the paper gives no more detail): the prompts are ours;
 episodes ended by a limit or a rehearsed error are reviewed too; a review or memory prompt that cannot fit
 the context is skipped and recorded in `skipped`.
+
+Diagnostic only: `world` (an environment factory) turns the private episodes into env-mode episodes
+against those environments, i.e. rehearsal with the world's true responses (the oracle bound of
+envace.evaluation.tts_diagnosis). Its caller must hand a private copy, never the committed run's environment.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from envace.rollout.tts_prompts import (
     with_system_note,
 )
 from envace.toolcall import strip_think
-from envace.types import Message, Mode, Task, Trajectory
+from envace.types import Environment, Message, Mode, Task, Trajectory
 
 TTSMode = Literal["parallel", "sequential"]
 TTS_MODES: tuple[str, ...] = ("parallel", "sequential")
@@ -153,9 +157,11 @@ def _cap_words(text: str, limit: int) -> str:
 def rehearse_privately(views: list[Task], engine: GenerationEngine, cfg: RolloutConfig, *, n: int,
                        mode: TTSMode | str, seed: int, options: TTSConfig | None = None, step: int = 0,
                        enable_thinking: bool = True, memories: list[str] | None = None,
-                       user_turns: list[int] | None = None) -> list[PrivatePhase]:
+                       user_turns: list[int] | None = None,
+                       world: Callable[[], Environment] | None = None) -> list[PrivatePhase]:
     """The private phase for each view (see `private_view`): N rehearsals, their reviews, the memory m_x.
-    `memories[p]` is view p's memory from earlier user turns (shown to the memory prompt)."""
+    `memories[p]` is view p's memory from earlier user turns (shown to the memory prompt). `world`: the
+    oracle bound (module docstring); None, the method: Rehearse writes every response."""
     check_tts(n, mode)
     opts = options or TTSConfig()
     phases = [PrivatePhase(user_turn=(user_turns[p] if user_turns else 0)) for p in range(len(views))]
@@ -166,8 +172,8 @@ def rehearse_privately(views: list[Task], engine: GenerationEngine, cfg: Rollout
         "act": cfg.act.model_copy(update={"temperature": opts.explore_temperature}),
         "rehearse": cfg.rehearse.model_copy(update={"temperature": opts.explore_temperature}),
         "few_shot": False})  # no reference (call, response) pairs in the Rehearse prompt
-    common = dict(policy=engine, cfg=private_cfg, mode=Mode.REHEARSE, step=step,
-                  rehearse_style=cfg.rehearse_style, enable_thinking=enable_thinking)
+    common = dict(policy=engine, cfg=private_cfg, mode=Mode.REHEARSE if world is None else Mode.ENV,
+                  env_factory=world, step=step, rehearse_style=cfg.rehearse_style, enable_thinking=enable_thinking)
     if mode == "parallel":
         rseed = derive_seed(seed, "tts-private")
         trajs = run_rollout(views, k=n, seed=rseed, prefixes=prefixes, **common)

@@ -100,8 +100,13 @@ def first_act_requests(engine: RecordingEngine, private: bool) -> list[tuple[str
 
 
 def test_private_phase_signature_has_no_environment():
+    """No committed environment reaches the private phase. The one world-like parameter is the diagnosis's
+    oracle (`world`: private copies, tests/rollout/test_tts_diagnosis.py), off unless passed."""
     for fn in (rehearse_privately, tts.private_view, tts.first_view):
-        assert not [p for p in inspect.signature(fn).parameters if "env" in p.lower()]
+        params = inspect.signature(fn).parameters
+        assert not [p for p in params if "env" in p.lower()]
+        assert [p for p in params if "world" in p.lower()] in ([], ["world"])
+        assert "world" not in params or params["world"].default is None
 
 
 def test_n0_is_the_plain_run(tiny_engine, tasks, kit):
