@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from envace.evaluation.paired import TaskScores
-from envace.sweeps.paired_report import Cell, load_cells, markdown_paired, paired_table
+from envace.sweeps.paired_report import Cell, load_cells, markdown_paired, model_key, paired_table
 from envace.sweeps.results import cells_frame, markdown_table, summarize
 
 RECORDS_FILE = "records.json"
@@ -105,7 +105,11 @@ def export_outcomes(sweep_dir: str | Path, dest: str | Path) -> dict[str, Path]:
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     paths = {OUTCOMES: dest / OUTCOMES, CELLS: dest / CELLS}
-    outcomes_frame(cells).to_csv(paths[OUTCOMES], index=False, compression=_GZIP)
+    outcomes = outcomes_frame(cells)
+    # the model as the sweep's records name it (relative to where the sweep ran), not this machine's absolute path
+    named = {model_key(r.get("start_model")): str(r.get("start_model") or "") for r in reversed(records)}
+    outcomes["start_model"] = outcomes["start_model"].map(lambda m: named.get(m, m))
+    outcomes.to_csv(paths[OUTCOMES], index=False, compression=_GZIP)
     axes = list(dict.fromkeys(a for r in records for a in r.get("levels", {})))
     frame = cells_frame(records, axes)
     at = frame.columns.get_loc("mlflow_run_id") + 1

@@ -41,7 +41,7 @@ def _sweep(root):
                     files[name] = _eval_file(cell / "eval" / f"{name}.json", seed, success, reward, k)
                 records.append({"cell": f"{group},sft_seed={start},seed={seed}", "group": group, "seed": seed,
                                 "sft_seed": start, "kind": kind, "levels": {"variant": group.split("=")[1]},
-                                "start_model": f"/models/sft/seed_{start}/model", "eval_file": files["default"],
+                                "start_model": f"runs/sft/seed_{start}/model", "eval_file": files["default"],
                                 "eval_files": files, "mlflow_run_id": None,
                                 "metrics": {"eval/world/success": float(seed + start) / 10, "train/steps": 4.0}})
     return records
@@ -64,6 +64,8 @@ def test_export_then_analyze_gives_the_records_table(tmp_path, capsys):
     source = json.loads((moved / "cells" / "variant=envace-1-2" / "eval" / "t1_k2.json").read_text())
     assert row["reward"].item() == source["world"]["per_task"]["reward"][1][1]
     assert row[["kind", "eval_seed", "episode"]].values.tolist() == [["train", 2, 1]]
+    # the start model as the records name it, not resolved against this machine's working directory
+    assert set(outcomes["start_model"]) == {"runs/sft/seed_0/model", "runs/sft/seed_1/model"}
     cells = pd.read_csv(dest / "cells.csv")
     assert list(cells.columns[:8]) == ["variant", "group", "seed", "cell", "mlflow_run_id", "kind", "sft_seed",
                                        "start_model"]
