@@ -72,5 +72,5 @@ def test_embedded_run_with_a_dead_judge_stops_at_the_configured_patience_step(ti
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("step 2: 4 of 4 episodes unscored (100%); 2 steps in a row")
     assert "dead-judge" in msg or url in msg  # the judge is named
-    assert len(scored) == 2 * 2 * 2 and all(t.reward is None for t in scored)  # two steps (unscored.patience), then stop
+    assert len(scored) == 2 * 2 * 2 and all(t.reward is None for t in scored)  # unscored.patience steps, then stop
     assert not (tmp_path / "run" / "checkpoints").exists() or not any((tmp_path / "run" / "checkpoints").iterdir())

@@ -169,9 +169,9 @@ def test_one_optimizer_step_per_training_step(verl_api, verl_config_factory, sin
 
 
 def test_other_estimators_use_verls_step(verl_api, verl_config_factory, monkeypatch):
-    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-
     from types import SimpleNamespace
+
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     from envace.trainers.verl import trainer as trainer_module
 
