@@ -17,7 +17,7 @@ Layers, bottom to top. A module imports its own layer and the layers below, neve
   7. evaluation: evaluation
   8. drivers: sweeps cluster pipeline demo cli_errors dashboard_launch worldbench
   9. apps: flows dashboard
- 10. entry point: cli
+ 10. entry point: cli_sweep cli
 """
 
 __version__ = "0.1.0"

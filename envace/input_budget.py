@@ -22,6 +22,7 @@ path.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,20 +124,29 @@ def utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-def text_bytes(value: Any) -> int:
-    """UTF-8 bytes of every string (values and keys) inside a decoded JSON value: the text it carries into
-    a prompt, without its JSON punctuation. Iterative."""
-    n, stack = 0, [value]
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string (values and keys) inside a decoded JSON value: the text it carries into a prompt,
+    without its JSON punctuation. Iterative: a deeply nested value cannot exhaust the stack."""
+    stack = [value]
     while stack:
         v = stack.pop()
         if isinstance(v, str):
-            n += utf8_size(v)
+            yield v
         elif isinstance(v, dict):
-            n += sum(utf8_size(k) for k in v if isinstance(k, str))
+            yield from (k for k in v if isinstance(k, str))
             stack.extend(v.values())
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
-    return n
+
+
+def text_bytes(value: Any) -> int:
+    """UTF-8 bytes of the text inside a decoded JSON value (`strings_in`)."""
+    return sum(utf8_size(s) for s in strings_in(value))
+
+
+def text_chars(value: Any) -> int:
+    """Characters of the text inside a decoded JSON value (`strings_in`)."""
+    return sum(len(s) for s in strings_in(value))
 
 
 def _path(parts: tuple[Any, ...]) -> str:

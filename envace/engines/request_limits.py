@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace.input_budget import FIELD_BYTES, utf8_size
+from envace.input_budget import FIELD_BYTES, text_chars, utf8_size
 
 ROLES = ("system", "user", "assistant", "tool")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -111,21 +111,6 @@ def _check_call(call: Any, where: str, limits: RequestLimits) -> int:
     return size + len(fn["name"])
 
 
-def _text_len(value: Any) -> int:
-    """Characters of every string (values and keys) inside a decoded JSON value; iterative."""
-    n, stack = 0, [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            n += len(v)
-        elif isinstance(v, dict):
-            n += sum(len(k) for k in v if isinstance(k, str))
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-    return n
-
-
 def _check_stop(stop: Any, limits: RequestLimits) -> None:
     if isinstance(stop, list):
         if len(stop) > limits.max_stop:
@@ -176,7 +161,7 @@ def template_chars(body: dict[str, Any], limits: RequestLimits) -> int:
                 raise RequestLimitError(f"messages[{i}].tool_calls must be a list")
             n += sum(_check_call(c, f"messages[{i}].tool_calls[{j}]", limits) for j, c in enumerate(calls))
         # every other field (role, name, tool_call_id, ...): a template may write any of them
-        n += sum(_text_len(v) for k, v in m.items() if k not in ("content", "tool_calls"))
+        n += sum(text_chars(v) for k, v in m.items() if k not in ("content", "tool_calls"))
     if tools is not None:
         if not isinstance(tools, list) or len(tools) > limits.max_tools:
             raise RequestLimitError(f"tools must be a list of at most {limits.max_tools} tool objects")
@@ -189,5 +174,5 @@ def template_chars(body: dict[str, Any], limits: RequestLimits) -> int:
         n += len(json.dumps(fmt, ensure_ascii=False)) if isinstance(fmt, dict) else 0
     kwargs = body.get("chat_template_kwargs")
     if isinstance(kwargs, dict):  # template variables: their strings may be written into the prompt
-        n += sum(_text_len(v) for v in kwargs.values())
+        n += sum(text_chars(v) for v in kwargs.values())
     return n

@@ -20,20 +20,15 @@ Before writing, the free space is compared with the checkpoint's size (its tenso
 `checkpoint_bytes`); a disk that is too small is refused with nothing written. A write that fails anyway
 (another process took the space, a read-only filesystem, permissions) removes its temporary folder and
 raises `CheckpointWriteError` saying what failed, which file was being written and, for a full disk, the
-bytes needed and free. torch reports a full disk as an opaque RuntimeError ("unexpected pos") and
-safetensors as a SafetensorError quoting the OS error: the OS error, else the free space measured before
-the temporary folder is removed, decides.
+bytes needed and free (envace.trainers.checkpoint_space).
 """
 
 from __future__ import annotations
 
-import errno
-import gc
 import json
 import os
 import re
 import shutil
-import traceback
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -43,6 +38,13 @@ from typing import Any
 import torch
 
 from envace.models.loading import save_model
+from envace.trainers.checkpoint_space import (
+    CheckpointWriteError,
+    checkpoint_bytes,
+    free_bytes,
+    release_frames,
+    tree_bytes,
+)
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
 META = "meta.json"
@@ -60,96 +62,15 @@ class CorruptCheckpointError(ValueError):
         self.path, self.reason = Path(path), reason
 
 
-SLACK_BYTES = 1 << 20  # tokenizer, config and meta files beside the tensors
-NO_SPACE = "no space left on device"
-
-
-class CheckpointWriteError(OSError):
-    """A checkpoint could not be written; says what failed (no space, read-only, permission) and where, and
-    for a full disk the bytes the checkpoint needs and the bytes that were free. Its temporary folder is
-    already removed."""
-
-    def __init__(self, final: Path, exc: BaseException | None, needed: int | None = None, free: int | None = None,
-                 writing: str | None = None) -> None:
-        code = exc.errno if isinstance(exc, OSError) else errno.ENOSPC if exc is None else None
-        root = final.parent
-        if code is None and _says_no_space(exc):
-            code = errno.ENOSPC
-        if code is None and free is not None and needed is not None and free < needed:
-            code = errno.ENOSPC  # torch's zip writer reports a full disk only as "unexpected pos" / "write failed"
-        reason, fix = {
-            errno.ENOSPC: (NO_SPACE, "free space there or set out_dir on a larger disk"),
-            errno.EDQUOT: ("disk quota exceeded", "free space in your quota or set out_dir elsewhere"),
-            errno.EROFS: ("the filesystem is read-only", "set out_dir on a writable filesystem"),
-            errno.EACCES: ("permission denied", f"make {root} writable or set out_dir elsewhere"),
-            errno.EPERM: ("permission denied", f"make {root} writable or set out_dir elsewhere"),
-        }.get(code, (" ".join(str(exc).split())[:200] or type(exc).__name__, "check the disk and the path"))
-        if code in (errno.ENOSPC, errno.EDQUOT) and needed is not None and free is not None:
-            reason += f" (needs about {needed} bytes, {free} bytes free)"
-        where = writing or getattr(exc, "filename", None) or root
-        super().__init__(code or errno.EIO, f"cannot write checkpoint {final.name} in {root}: {reason} "
-                         f"(writing {where}); {fix}", str(where))
-        self.path, self.reason, self.needed, self.free = final, reason, needed, free
-
-    def __str__(self) -> str:
-        return self.strerror or super().__str__()
-
-
-def _says_no_space(exc: BaseException | None) -> bool:
-    """Writers that are not OSErrors (safetensors' SafetensorError) still quote the OS error."""
-    text = str(exc)
-    return "os error 28" in text or "No space left on device" in text
-
-
-def _free_bytes(path: Path) -> int:
-    for p in (path, *path.parents):  # the nearest folder that exists
-        try:
-            return shutil.disk_usage(p).free
-        except OSError:
-            continue
-    return 1 << 62
-
-
-def checkpoint_bytes(models: dict[str, Any], optimizers: dict[str, torch.optim.Optimizer]) -> int:
-    """Bytes a checkpoint of these models and optimizer states takes, about: every tensor once, plus
-    SLACK_BYTES for the tokenizer, configs and meta."""
-    n = SLACK_BYTES
-    for model in models.values():
-        n += sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    for opt in optimizers.values():
-        n += sum(v.numel() * v.element_size() for state in opt.state.values() for v in state.values()
-                 if torch.is_tensor(v))
-    return n
-
-
 def _check_space(root: Path, final: Path, needed: int) -> None:
     """Refuse, before writing anything, a disk that cannot hold the checkpoint."""
-    free = _free_bytes(root)
+    free = free_bytes(root)
     if free < needed:
         raise CheckpointWriteError(final, None, needed, free, writing=str(root))
 
 
 def _save_optimizers(optimizers: dict[str, torch.optim.Optimizer], path: Path) -> None:
     torch.save({name: opt.state_dict() for name, opt in optimizers.items()}, path)
-
-
-def _release_frames(exc: BaseException) -> None:
-    """Clear the locals of the frames of `exc` and the errors it arose from (a writer's `__exit__` that fails
-    again chains the first error), so what they held open is closed now."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        traceback.clear_frames(e.__traceback__)
-        e = e.__cause__ or e.__context__
-    gc.collect()
-
-
-def _tree_bytes(root: Path) -> int:
-    try:
-        return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-    except OSError:
-        return 0
 
 
 def own_resume_meta(meta: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
@@ -239,9 +160,9 @@ def save_checkpoint(root: str | Path, step: int, models: dict[str, Any], tokeniz
     except BaseException as exc:  # safetensors' errors are not OSErrors; torch's are RuntimeErrors
         # the failed writers' frames hold their files open (torch's zip writer does): release them, or the
         # removed files would keep their space until the error is collected
-        _release_frames(exc)
+        release_frames(exc)
         # measured before the temporary folder goes: what was free while it was being written
-        free, written = _free_bytes(root), _tree_bytes(tmp)
+        free, written = free_bytes(root), tree_bytes(tmp)
         shutil.rmtree(tmp, ignore_errors=True)  # a half-written step must not keep the disk full
         if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM: stop as asked, without a write error
             raise

@@ -20,6 +20,7 @@ from envace.cli_errors import classify
 from envace.models.loading import load_policy
 from envace.trainers import checkpoint as ckpt_mod
 from envace.trainers.checkpoint import CheckpointWriteError, checkpoint_bytes, save_checkpoint
+from envace.trainers.checkpoint_space import SLACK_BYTES
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def test_the_estimate_is_the_tensor_bytes_plus_a_margin(trained):
     states = sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values()
                  if torch.is_tensor(v))
     assert states >= 2 * sum(p.numel() * p.element_size() for p in model.parameters())  # Adam: two moments
-    assert checkpoint_bytes({"policy": model}, {"policy": opt}) == weights + states + ckpt_mod.SLACK_BYTES
+    assert checkpoint_bytes({"policy": model}, {"policy": opt}) == weights + states + SLACK_BYTES
 
 
 def test_a_disk_already_too_small_is_refused_before_writing(trained, tmpfs):
@@ -124,7 +125,7 @@ def test_a_disk_that_fills_mid_write_says_so_on_either_writer(trained, tmpfs, mo
 def test_without_root_the_writers_errors_on_a_full_disk_are_classified(trained, tmp_path, monkeypatch, error):
     model, tok, opt = trained
     root = tmp_path / "checkpoints"
-    monkeypatch.setattr(ckpt_mod, "_free_bytes", lambda path: 4096)  # the disk is full once writing starts ...
+    monkeypatch.setattr(ckpt_mod, "free_bytes", lambda path: 4096)  # the disk is full once writing starts ...
     monkeypatch.setattr(ckpt_mod, "_check_space", lambda *a: None)  # ... not before
 
     def fail(*args, **kwargs):

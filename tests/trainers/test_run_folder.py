@@ -94,7 +94,7 @@ def test_a_failed_checkpoint_write_says_what_and_where_and_removes_its_temporary
         raise error
 
     monkeypatch.setattr(ckpt_mod.torch, "save", fail)
-    monkeypatch.setattr(ckpt_mod, "_free_bytes", lambda path: free)
+    monkeypatch.setattr(ckpt_mod, "free_bytes", lambda path: free)
     with pytest.raises(CheckpointWriteError) as err:
         save_checkpoint(root, 2, {"policy": model}, tok, {"policy": opt}, {})
     msg = str(err.value)
