@@ -9,8 +9,8 @@ temperature, 0; the private phase samples at 1.0, so seeds differ through the re
 report is written by envace.sweeps.tts_report, the same code the TTS sweep flow uses.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/tts_table.py --out /tmp/tts_table
-    (--sft-steps 300 --rl-steps 6 --tasks 12 --seeds 0,1,2 --n 0,1,2,3 by default; --sft-model / --rl-model
-    reuse existing model dirs)
+    (--sft-steps 300 --rl-steps 6 --tasks 12 --seeds 0,1,2 --n 0,1,2,3 --memory prose by default;
+    --sft-model / --rl-model reuse existing model dirs)
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import argparse
 import json
 import time
 from pathlib import Path
+
+from envace.tts.config import DEFAULT_N_GRID
 
 
 def _say(msg: str) -> None:
@@ -56,7 +58,8 @@ def main() -> None:
     ap.add_argument("--rl-model", default=None)
     ap.add_argument("--tasks", type=int, default=12)
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--n", default="0,1,2,3")
+    ap.add_argument("--memory", default="prose", help="TTS memory strategy (envace.tts.strategies)")
+    ap.add_argument("--n", default=",".join(map(str, DEFAULT_N_GRID)))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -69,6 +72,7 @@ def main() -> None:
     from envace.models.loading import load_policy
     from envace.sweeps.results import summarize
     from envace.sweeps.tts_report import tts_markdown, tts_rows, write_tts_report
+    from envace.tts.config import TTSConfig
 
     torch.set_num_threads(1)
     out = Path(args.out)
@@ -92,15 +96,15 @@ def main() -> None:
             for mode in (["parallel"] if n == 0 else ["parallel", "sequential"]):
                 for seed in seeds:
                     t = time.perf_counter()
-                    r = evaluate_world(engine, tasks, ecfg.rollout, seeds=[seed], with_fidelity=False, tts_n=n,
-                                       tts_mode=mode)
-                    records.append({"group": f"model={name},tts_n={n},tts_mode={mode}", "seed": seed,
+                    r = evaluate_world(engine, tasks, ecfg.rollout, seeds=[seed], with_fidelity=False,
+                                       tts=TTSConfig(n=n, mode=mode, memory=args.memory))
+                    records.append({"group": f"model={name},tts.n={n},tts.mode={mode}", "seed": seed,
                                     "cell": f"{name}-{n}-{mode}-{seed}",
-                                    "levels": {"model": name, "tts_n": n, "tts_mode": mode},
+                                    "levels": {"model": name, "tts.n": n, "tts.mode": mode},
                                     "metrics": {"eval/world/success": r["success"], "eval/world/reward": r["reward"]}})
                     _say(f"{name} N={n} {mode} seed={seed}: success {r['success']:.3f} reward {r['reward']:.3f} "
                          f"({time.perf_counter() - t:.0f} s)")
-    table = summarize(records, ["model", "tts_n", "tts_mode"], ["eval/world/success", "eval/world/reward"])
+    table = summarize(records, ["model", "tts.n", "tts.mode"], ["eval/world/success", "eval/world/reward"])
     paths = write_tts_report(out, table)
     (out / "cells.json").write_text(json.dumps(records, indent=1))
     rows = tts_rows(table)

@@ -220,17 +220,20 @@ def label_column(df: pd.DataFrame) -> str:
 def tts_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Columns N, mode, score[, ci95][, metric].
 
-    Accepts the TTS flow's long table (tts_n, tts_mode, metric, n = seeds, mean, ci95, …) or a plain
-    one (N, mode, score). Where a `mean` column exists, a lowercase `n` is a seed count, never N."""
+    Accepts the TTS flow's long table (tts.n, tts.mode[, tts.memory], metric, n = seeds, mean, ci95, …) or a
+    plain one (N, mode, score). Where a `mean` column exists, a lowercase `n` is a seed count, never N. With a
+    memory-strategy axis each (mode, memory) is a line of its own."""
     low = _lower_map(df)
     score = low.get("score") or low.get("mean")
-    n_col = low.get("tts_n") or ("N" if "N" in df.columns else None) or (low.get("n") if "mean" not in low else None)
-    mode = low.get("tts_mode") or low.get("mode")
+    n_col = low.get("tts.n") or ("N" if "N" in df.columns else None) or (low.get("n") if "mean" not in low else None)
+    mode = low.get("tts.mode") or low.get("mode")
     missing = [name for name, col in (("N", n_col), ("mode", mode), ("score", score)) if col is None]
     if missing:
         raise ValueError(f"TTS table lacks column(s) {missing} (columns: {list(df.columns)}); the TTS sweep "
-                         f"writes tts_n, tts_mode, metric, mean, ci95 (or N, mode, score)")
+                         f"writes tts.n, tts.mode, metric, mean, ci95 (or N, mode, score)")
     modes = df[mode].astype(str)
+    if "tts.memory" in low:  # "parallel (calls)": " · " parts name the model (tts_lines)
+        modes = modes + " (" + df[low["tts.memory"]].astype(str) + ")"
     if "model" in low:  # a base-vs-trained sweep: one line per (model, mode)
         modes = df[low["model"]].astype(str).map(lambda m: Path(m).name or m) + " · " + modes
     out = pd.DataFrame({"N": pd.to_numeric(df[n_col], errors="coerce"), "mode": modes,

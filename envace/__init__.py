@@ -8,16 +8,17 @@ Layers, bottom to top. A module imports its own layer and the layers below, neve
 (tests/test_import_layers.py checks every import in envace/, flows/ and dashboard/ against this list):
 
   1. records and parsers: types secrets untrusted input_budget yaml_bounds chat_tokens config toolcall
-       execution_result conversation fidelity
+       execution_result conversation fidelity extras registry
   2. pure parts: algos worlds roles tracking cpu_threads thread_shards
   3. inputs: rewards models data
   4. services: engines store
   5. episodes: rollout
-  6. consumers: benchmarks trainers
-  7. evaluation: evaluation
-  8. drivers: sweeps cluster pipeline demo cli_errors dashboard_launch worldbench
-  9. apps: flows dashboard
- 10. entry point: cli_sweep cli
+  6. test-time rehearsal: tts
+  7. consumers: benchmarks trainers
+  8. evaluation: evaluation
+  9. drivers: sweeps cluster pipeline demo cli_errors dashboard_launch worldbench
+ 10. apps: flows dashboard
+ 11. entry point: cli_sweep cli
 """
 
 __version__ = "0.1.0"

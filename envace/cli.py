@@ -237,8 +237,11 @@ def evaluate(checkpoint: str | None = typer.Argument(
              judge: str | None = typer.Option(None, help="Judge model dir (= judge.model_dir; endpoints: "
                                                             "judge.base_url=... overrides)."),
              user_sim: str | None = typer.Option(None, help="User-simulator model dir (= user_sim.model_dir)."),
-             tts_n: int = typer.Option(0, help="Private test-time rehearsals before acting (0 = none)."),
-             tts_mode: str = typer.Option("parallel", help="parallel | sequential."),
+             tts_n: int | None = typer.Option(None, help="Private test-time rehearsals before acting (= tts.n; "
+                                                         "default 0, none)."),
+             tts_mode: str | None = typer.Option(None, help="parallel | sequential (= tts.mode)."),
+             tts_memory: str | None = typer.Option(None, help="prose | calls_results | calls | best_of_n "
+                                                              "(= tts.memory; default prose)."),
              gold: bool = typer.Option(False, "--gold", help="Oracle replay (no model): gold answers through each "
                                        "benchmark's adapter and checker; prints pass counts. Run it first."),
              overrides: list[str] = typer.Argument(None, help="EvalConfig key=value overrides (see below).")):
@@ -270,7 +273,10 @@ def evaluate(checkpoint: str | None = typer.Argument(
         raise typer.Exit(gold_command(names, paths, overrides))
     from envace.evaluation.config import EvalConfig
 
-    values: dict[str, Any] = {"benchmarks": names, "tts_n": tts_n, "tts_mode": tts_mode}
+    values: dict[str, Any] = {"benchmarks": names}
+    tts = {key: v for key, v in (("n", tts_n), ("mode", tts_mode), ("memory", tts_memory)) if v is not None}
+    if tts:  # the options fill tts.*; tts.* overrides of the same keys lose to them
+        values["tts"] = tts
     if checkpoint is not None:
         values["model"] = checkpoint
     if k is not None:

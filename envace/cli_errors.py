@@ -4,8 +4,8 @@
 
 and the command exits with status 2; `envace --debug ...` (or ENVACE_DEBUG=1) re-raises instead, so the
 full traceback is shown. `classify` maps the library's exceptions (config, model dir, data, database,
-file system, usage errors) to the three parts; anything unforeseen still gets one line that says how to
-see the traceback. Passwords in URLs are masked in every line.
+file system, usage errors, a missing optional package) to the three parts; anything unforeseen still gets
+one line that says how to see the traceback. Passwords in URLs are masked in every line.
 """
 
 from __future__ import annotations
@@ -87,11 +87,14 @@ def classify(exc: BaseException, command: str = "envace") -> CliError:
     """The one-line error for `exc`, raised while running `command` (e.g. 'envace train')."""
     from envace.config import ConfigError
     from envace.data.errors import DataError
+    from envace.extras import MissingExtra
     from envace.models.model_dir import ModelDirError
 
     help_fix = f"see `{command} --help`"
     if isinstance(exc, UserError):
         return exc.error
+    if isinstance(exc, MissingExtra):  # an optional package: what is missing, what needs it, what to install
+        return CliError(exc.what, command, exc.fix)
     if isinstance(exc, click_classes("ClickException")):
         ctx = getattr(exc, "ctx", None)
         where = ctx.command_path if ctx is not None else command

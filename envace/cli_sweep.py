@@ -1,6 +1,7 @@
 """`envace sweep`: run, preview, export, analyse and schedule ablation sweeps. Thin wrappers like the rest
 of the CLI (envace/cli.py): each builds a validated config or path and calls one library function; heavy
-imports happen inside the commands."""
+imports happen inside the commands. `run` and `schedule` need the flows extra (Prefect); `run --dry-run`,
+`export` and `analyze` run on the core install."""
 
 from __future__ import annotations
 
@@ -10,6 +11,15 @@ from pathlib import Path
 import typer
 
 sweep_app = typer.Typer(help="Ablation and test-time-rehearsal sweeps (Prefect).", no_args_is_help=True)
+
+
+def _require_flows(command: str) -> None:
+    """The flows extra's packages a sweep uses (Prefect; plotly for its report), checked before it starts
+    rather than when a cell or the report first imports them."""
+    from envace.extras import check
+
+    for module in ("prefect", "plotly"):
+        check(module, "flows", f"`{command}`")
 
 
 @sweep_app.command("run")
@@ -25,6 +35,7 @@ def sweep_run(config: Path, dry_run: bool = typer.Option(
         typer.echo(json.dumps(sweep_dry_run(load_config(SweepConfig, existing_path(
             config, "CONFIG", "pass a sweep YAML like configs/sweeps/example_two_cell.yaml"))), indent=2))
         return
+    _require_flows("envace sweep run")
     from flows.sweep import run_sweep_from_file
 
     summary = run_sweep_from_file(config)
@@ -58,6 +69,7 @@ def sweep_analyze(dest: Path, n_boot: int = typer.Option(10_000, help="Bootstrap
 @sweep_app.command("schedule")
 def sweep_schedule(config: Path, cron: str = typer.Option(..., help="Cron expression, e.g. '0 3 * * *'.")):
     """Serve the sweep as a Prefect deployment on a cron schedule."""
+    _require_flows("envace sweep schedule")
     from flows.sweep import schedule_sweep
 
     schedule_sweep(config, cron)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
 from omegaconf import OmegaConf
@@ -51,6 +51,8 @@ def flatten(mapping: Mapping[str, Any], sep: str = ".", prefix: str = "") -> dic
 
 class BaseConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
+    # top-level keys a config no longer has -> the key that holds their value now (load_config names it)
+    retired_keys: ClassVar[dict[str, str]] = {}
 
     def flat(self) -> dict[str, Any]:
         """Dotted-key view of the resolved config (for MLflow params)."""
@@ -211,6 +213,11 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
         raise _omegaconf_error(exc, source) from None
     except YamlLimitError as exc:
         raise _limit_error(exc) from None
+    for old, new in cls.retired_keys.items():
+        if isinstance(data, dict) and old in data:
+            where, fix = ("" if source == "defaults" else f"{source}: "), f"write {new}={data[old]} instead"
+            raise ConfigError(f"{where}{old} is now {new}; {fix}", field=f"{where}{old}", what=f"{old} is now {new}",
+                              fix=fix)
     try:
         return cls.model_validate(data)
     except ValidationError as exc:

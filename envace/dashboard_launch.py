@@ -6,6 +6,7 @@ app reads the same settings however it was started — except a URL holding a pa
 environment only (a command line is visible to every user of the machine in `ps`), and is printed masked.
 The server binds 127.0.0.1 unless told otherwise,
 sends no usage statistics, watches no files and runs until interrupted; `launch` returns its exit code.
+Streamlit and plotly come with the dashboard extra; `launch` checks both before it starts the server.
 """
 
 from __future__ import annotations
@@ -66,9 +67,12 @@ def dashboard_command(store: str | Path, mlflow_uri: str | None = None, host: st
 
 def launch(store: str | Path, mlflow_uri: str | None = None, host: str = "127.0.0.1", port: int = 8501) -> int:
     """Run the dashboard server in the foreground until it exits or is interrupted; returns its exit code."""
+    from envace.extras import check
     from envace.store.session import to_url
 
     url = to_url(store)  # validates the location; the file itself is checked by the app's pages
+    for module in ("streamlit", "plotly"):  # the app runs in another process: say what is missing here
+        check(module, "dashboard", "`envace dashboard`")
     if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).is_file():
         print(f"warning: store {url.database} does not exist yet; the dashboard will say so until a run writes it",
               file=sys.stderr)

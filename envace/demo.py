@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import Field
 
 from envace.config import BaseConfig
+from envace.tts.config import DEMO_N_GRID
 
 
 class DemoConfig(BaseConfig):
@@ -43,14 +44,14 @@ class DemoConfig(BaseConfig):
     eval_tasks: int = Field(100, ge=1, description="Held-out test tasks per evaluation.")
     eval_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], description="Sampling seeds for T=1 evaluation.")
     tts_tasks: int = Field(20, ge=1, description="Tasks in the TTS sweep.")
-    tts_n: list[int] = Field(default_factory=lambda: [0, 2], description="Private rehearsal counts in the TTS sweep "
-                             "(0 = the plain run).")
+    tts_n: list[int] = Field(default_factory=lambda: list(DEMO_N_GRID), description="Private rehearsal counts in "
+                             "the TTS sweep (0 = the plain run).")
     baseline: bool = Field(True, description="Also train standard GRPO in the real environment.")
 
 
 def quick_config(out: str) -> DemoConfig:
     return DemoConfig(out=out, corpus_tasks=60, sft_tasks=100, sft_steps=20, rl_steps=2, prompts_per_step=2, k=2,
-                      eval_tasks=6, eval_seeds=[0], tts_tasks=3, tts_n=[0, 2], baseline=True)
+                      eval_tasks=6, eval_seeds=[0], tts_tasks=3, tts_n=list(DEMO_N_GRID), baseline=True)
 
 
 def _say(msg: str) -> None:

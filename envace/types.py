@@ -284,7 +284,7 @@ class Trajectory:
     reward: float | None = None  # None = unscored; left out of group baselines
     reward_breakdown: dict[str, Any] = field(default_factory=dict)
     env_calls: int = 0  # calls executed by a real environment during the rollout
-    # test-time rehearsal of a committed run (envace.rollout.tts): n, mode, reviews, memory and the
+    # test-time rehearsal of a committed run (envace.tts.rollout): n, mode, reviews, memory and the
     # private trajectories under "private" (store them with mode tts-private); None for a plain rollout
     tts: dict[str, Any] | None = None
     echo: list[EchoPrompt] = field(default_factory=list)  # env mode with echo_prompts: one per executed call

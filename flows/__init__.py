@@ -4,13 +4,16 @@ full pipeline. Flows are thin: each task calls one envace function with a valida
 Importing this package sets Prefect's offline defaults (unless already set): the ephemeral server's
 first start takes about 20 s on 2 cores, past Prefect's 20 s default timeout, and it would try to send
 telemetry. Prefect's ephemeral mode is the default; set PREFECT_API_URL to use a running server. It also
-sets envace's CPU thread policy's environment (envace.cpu_threads) before any flow imports torch.
+sets envace's CPU thread policy's environment (envace.cpu_threads) before any flow imports torch. The flows
+need the flows extra (`pip install 'envace[flows]'`); without Prefect, importing this package says so.
 """
 
 import os
 
 from envace.cpu_threads import configure_environment
+from envace.extras import check
 
+check("prefect", "flows", "the flows/ package (Prefect flows)")  # one line naming the extra, before a flow imports it
 configure_environment()  # OpenMP's wait policy before any flow imports torch (envace.cpu_threads)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

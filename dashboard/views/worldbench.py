@@ -1,5 +1,7 @@
-"""Worldbench: each scored transition's predicted response beside the real one, filterable by source,
-tool and leaf-F1 range (rows written by `envace worldbench score`, read through the store)."""
+"""Worldbench: the behaviour metrics of a scoring run (BehR, environment-token NLL, WM2Real agreement, rubric
+judge; read from its MLflow metrics) and each scored transition's predicted response beside the real one,
+filterable by source, tool and leaf-F1 range (rows written by `envace worldbench score`, read through the
+store)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,33 @@ import streamlit as st
 from dashboard import worldbench_data as wd
 from dashboard.common import optional, require_store, settings
 
-store = require_store(settings())
+
+def behaviour_section(mlflow_uri: str | None) -> None:
+    """The behaviour metrics of the chosen worldbench MLflow run, one row per (row, group, metric)."""
+    if mlflow_uri is None:
+        st.caption("Behaviour metrics are read from MLflow; no MLflow database is configured (--mlflow-uri).")
+        return
+    from dashboard import mlflow_data as md
+
+    scored = [r for r in md.runs(mlflow_uri)
+              if r.tags.get("envace.kind") == "worldbench" and wd.behaviour_rows(r.metrics)]
+    if not scored:
+        st.caption("No behaviour metrics logged yet (`envace worldbench score ... act_checkpoint=DIR behr=true "
+                   "env_nll=true wm2real=true`, or judge.base_url=URL judge.model=NAME).")
+        return
+    st.subheader("Behaviour metrics")
+    pick = st.selectbox("Scoring run", range(len(scored)), format_func=lambda i: scored[i].label,
+                        key="wb_behaviour_run")
+    st.dataframe(pd.DataFrame(wd.behaviour_rows(scored[pick].metrics)), hide_index=True, key="wb_behaviour")
+    st.caption("value: mean; lo / hi: 95 % bootstrap over transitions (tasks for WM2Real); seed_lo / seed_hi: "
+               "Student t over sampling seeds, when several were given. BehR Δ in nats (0: the prediction moves "
+               "the Act policy as the real response does); rubric dimensions rescaled to [0, 1].")
+
+
+s = settings()
+store = require_store(s)
 st.title("Worldbench")
+behaviour_section(s.mlflow_uri)
 found = wd.runs(store)
 if not found:
     st.info("No worldbench scores in this store yet (run `envace worldbench score ... tracking.store_url=<store>`).")

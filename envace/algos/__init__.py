@@ -1,4 +1,5 @@
-"""Pure tensor algorithms for training: role-wise GRPO advantages, policy losses, KL estimators, aggregation.
+"""Pure tensor algorithms for training: role-wise GRPO advantages, the per-role moving-average baseline, policy
+losses, KL estimators, aggregation.
 
 Each family lives in a `Registry` (one signature per family); trainers pick functions by name from config.
 """
@@ -6,6 +7,7 @@ Each family lives in a `Registry` (one signature per family); trainers pick func
 from envace.algos.advantages import ADVANTAGES, get_advantage_fn, grpo_advantages, role_grpo_advantages
 from envace.algos.kl import KL_ESTIMATORS, entropy_from_logits, kl_penalty
 from envace.algos.losses import AGGREGATIONS, POLICY_LOSSES, aggregate, ppo_clip_loss, vanilla_pg_loss
+from envace.algos.moving_baseline import RoleMovingBaseline, carries_baseline, role_moving_average_advantages
 from envace.algos.registry import Registry
 
 __all__ = [
@@ -14,12 +16,15 @@ __all__ = [
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "Registry",
+    "RoleMovingBaseline",
     "aggregate",
+    "carries_baseline",
     "entropy_from_logits",
     "get_advantage_fn",
     "grpo_advantages",
     "kl_penalty",
     "ppo_clip_loss",
     "role_grpo_advantages",
+    "role_moving_average_advantages",
     "vanilla_pg_loss",
 ]

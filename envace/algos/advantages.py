@@ -16,7 +16,7 @@ Departures from the reference / verl:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -29,7 +29,9 @@ Weighting = Literal["per_output", "per_trajectory"]
 WEIGHTINGS: tuple[str, ...] = ("per_output", "per_trajectory")
 
 # Every advantage function has this signature:
-# (rewards, prompt_ids, trajectory_ids, roles, *, weighting, norm_std, eps) -> Tensor (N,) float32
+# (rewards, prompt_ids, trajectory_ids, roles, *, weighting, norm_std, eps, baseline) -> Tensor (N,) float32
+# `baseline` ({role value: b} carried across steps) is read only by estimators with `carries_baseline`
+# (envace.algos.moving_baseline); GRPO's baseline is the group's own mean, so these ignore it.
 AdvantageFn = Callable[..., torch.Tensor]
 ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator")
 
@@ -182,6 +184,7 @@ def role_grpo_advantages(
     weighting: Weighting = "per_output",
     norm_std: bool = False,
     eps: float = 1e-6,
+    baseline: Mapping[str, float] | None = None,
 ) -> torch.Tensor:
     """Role-wise GRPO advantages: A = R - mu_{prompt, role}, one per training row.
 
@@ -194,6 +197,8 @@ def role_grpo_advantages(
         norm_std: divide by the group's sample std + eps (rows for per_output, trajectories for
             per_trajectory). Off by default, as in EnvACE.
         eps: added to the std before dividing.
+        baseline: unused (a baseline carried across steps is for `role_moving_average`); accepted so every
+            estimator has one signature.
 
     Returns:
         (N,) float32 advantages, on rewards' device; 0 for unscored rows and for groups without contrast.
@@ -213,6 +218,7 @@ def grpo_advantages(
     weighting: Weighting = "per_output",
     norm_std: bool = False,
     eps: float = 1e-6,
+    baseline: Mapping[str, float] | None = None,
 ) -> torch.Tensor:
     """Plain GRPO advantages: A = R - mu_{prompt}, rows of all roles in one group per prompt.
 
@@ -224,5 +230,6 @@ def grpo_advantages(
 
 
 def get_advantage_fn(name: str) -> AdvantageFn:
-    """The advantage function registered as `name` ("role_grpo", "grpo"); unknown names list the valid ones."""
+    """The advantage function registered as `name` ("role_grpo", "grpo", "role_moving_average"); unknown names
+    list the valid ones."""
     return ADVANTAGES.get(name)

@@ -11,10 +11,11 @@ Missing required settings are reported for every benchmark at once, before anyth
 (`requirement_problems` is the same check without a model, for `envace eval` to run before loading one).
 `slots` = {role: ModelSlot.describe()} is recorded in each result's meta and in the report beside the
 scores (names and URLs only, never a key).
-With `tts_n > 0` the policy is wrapped in `TTSPolicy` (envace.rollout.tts_chat): before the first query of
+With `tts.n > 0` the policy is wrapped in `TTSPolicy` (envace.tts.chat): before the first query of
 each episode (or each new user message, `rehearse_at="every"`) it rehearses privately (N imagined
-episodes, reviews, a memory), then the benchmark's own committed loop runs with the memory in the system
-prompt; the user simulator and judge are not wrapped.
+episodes, reviews, a memory by `tts.memory`), then the benchmark's own committed loop runs with the memory
+in the system prompt (under best_of_n: starting from the chosen rehearsal's first reply); the user
+simulator and judge are not wrapped.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from envace.benchmarks import progress
 from envace.benchmarks.base import BenchmarkResult, available_benchmarks, get_benchmark
 from envace.benchmarks.overall import overall_report
 from envace.engines.reply import BenchPolicy
-from envace.rollout.tts import TTSConfig, check_tts
-from envace.rollout.tts_chat import TTSPolicy
+from envace.tts.chat import TTSPolicy
+from envace.tts.config import TTSConfig
 
 # what each required setting is; problems name the EvalConfig field and the fix
 _VITA_PATH = "the root of a clone of github.com/meituan-longcat/vitabench"
@@ -120,9 +121,9 @@ _ROLES = {"bfcl": ("policy",), "finmcp": ("policy",), "tau2": ("policy", "user_s
           "vita": ("policy", "user_sim", "judge")}
 
 
-def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, k: int, seed: int, tts_n: int = 0,
-                   tts_mode: str = "parallel", user_sim: BenchPolicy | None = None, judge: Any = None,
-                   paths: Mapping[str, str | None] | None = None, tts_options: TTSConfig | None = None,
+def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, k: int, seed: int,
+                   tts: TTSConfig | None = None, user_sim: BenchPolicy | None = None, judge: Any = None,
+                   paths: Mapping[str, str | None] | None = None,
                    options: Mapping[str, Mapping[str, Any]] | None = None,
                    slots: Mapping[str, Mapping[str, Any] | None] | None = None,
                    show_progress: bool = False) -> dict[str, Any]:
@@ -130,7 +131,7 @@ def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, 
     {"results": {name: BenchmarkResult}, "report": overall_report(...),
     "markdown": str, "tts": {...}}. `result.save(path)` writes one result as JSON."""
     paths = dict(paths or {})
-    check_tts(tts_n, tts_mode)
+    tts = tts or TTSConfig()
     valid = set(available_benchmarks())
     unknown = [n for n in names if n not in valid]
     if unknown or not names:
@@ -138,26 +139,26 @@ def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, 
     problems = requirement_problems(names, paths, judge is not None)
     if problems:
         raise ValueError("cannot run the requested benchmarks:\n- " + "\n- ".join(map(str, problems)))
-    if tts_n > 0 and user_sim is None:
+    if tts.on and user_sim is None:
         user_sim = policy  # the un-wrapped policy: the TTS wrapper (and its memory) never plays the user
     plans = {name: {**_options(name, user_sim, judge, paths), **dict((options or {}).get(name, {}))}
              for name in names}
-    tts = {"n": tts_n, "mode": tts_mode, **(tts_options or TTSConfig()).model_dump()} if tts_n > 0 else None
-    agent: BenchPolicy = TTSPolicy(policy, tts_n, tts_mode, seed=seed, options=tts_options) if tts_n > 0 else policy
+    record = tts.record() if tts.on else None
+    agent: BenchPolicy = TTSPolicy(policy, tts, seed=seed) if tts.on else policy
     results: dict[str, BenchmarkResult] = {}
     for name in names:
         bench = get_benchmark(name, **plans[name])
         with progress.track(name) if show_progress else contextlib.nullcontext():
             result = bench.run(agent, limit=limit, k=k, seed=seed)
         if isinstance(agent, TTSPolicy):
-            before = "each new user message" if agent.options.rehearse_at == "every" else "the first query"
-            result.departures.append(f"test-time rehearsal: N={tts_n} ({tts_mode}); private rehearsals are Act + "
-                                     "Rehearse episodes of the policy itself (no environment, no few-shot) before "
-                                     f"{before} "
-                                     "of each episode; the memory is appended to the system prompt")
+            before = "each new user message" if tts.rehearse_at == "every" else "the first query"
+            result.departures.append(f"test-time rehearsal: N={tts.n} ({tts.mode.value}); private rehearsals are "
+                                     "Act + Rehearse episodes of the policy itself (no environment, no few-shot) "
+                                     f"before {before} of each episode; the {tts.memory} memory strategy "
+                                     "(envace.tts.strategies) decides what the committed loop is given")
             result.departures += [f"TTS: {note}" for note in agent.notes]
             mine = {key: reh.summary() for key, reh in agent.rehearsals.items() if key.startswith(f'["{name}"')}
-            result.meta["tts"] = {"config": tts, "episodes": mine}
+            result.meta["tts"] = {"config": record, "episodes": mine}
         if slots:
             result.meta["slots"] = {role: dict(slots[role]) if slots.get(role) else None
                                     for role in _ROLES.get(name, ("policy",))}
@@ -166,5 +167,5 @@ def run_benchmarks(names: list[str], policy: BenchPolicy, *, limit: int | None, 
                 result.departures.append(f"policy decodes greedily (temperature 0): the {k} attempts differ only "
                                          "where the user simulator or environment sample")
         results[name] = result
-    report = overall_report(results, tts=tts)
-    return {"results": results, "report": report, "markdown": report["markdown"], "tts": tts}
+    report = overall_report(results, tts=record)
+    return {"results": results, "report": report, "markdown": report["markdown"], "tts": record}

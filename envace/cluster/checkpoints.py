@@ -72,6 +72,9 @@ def merge_checkpoint(ckpt: VerlCheckpoint, target: str | Path, log_path: str | P
     out = Path(target)
     if is_merged(ckpt, out):
         return {"step": ckpt.step, "target": str(out), "cached": True}
+    from envace.extras import check
+
+    check("verl", "cluster", "merging a verl checkpoint")  # the merger runs in a subprocess: say why up front
     (out / MARKER).unlink(missing_ok=True)  # a merge that dies half-way leaves no marker
     cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", ckpt.actor_dir,
            "--target_dir", str(out)]

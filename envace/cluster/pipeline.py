@@ -167,9 +167,10 @@ def checkpoint_root(cfg: ClusterPipelineConfig, train: dict[str, Any] | None) ->
 
 def cluster_gpus(address: str) -> float:
     """GPUs the Ray cluster at `address` holds (connects as a driver, then disconnects)."""
-    import ray
-
+    from envace.extras import require
     from envace.sweeps.ray_runner import restore_auth, use_token_auth
+
+    ray = require("ray", "cluster", "the cluster pipeline")
 
     if ray.is_initialized():
         return float(ray.cluster_resources().get("GPU", 0.0))

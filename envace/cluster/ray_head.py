@@ -42,7 +42,8 @@ def ray_executable() -> str:
         return str(exe)
     found = shutil.which("ray")
     if not found:
-        raise FileNotFoundError("no `ray` command beside the Python interpreter or on PATH; pip install ray")
+        raise FileNotFoundError("no `ray` command beside the Python interpreter or on PATH; Ray comes with the "
+                                "cluster extra: pip install 'envace[cluster]'")
     return found
 
 

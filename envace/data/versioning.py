@@ -11,7 +11,8 @@ sources).
 Data sets are validated first, with the loaders training uses (`load_cm2` for `.json` / `.jsonl`,
 `read_verl_parquet` for `.parquet`; every such file of a directory): a bad file raises `DataError`
 naming the file, row and field before anything is hashed, recorded or pushed. Other file types are
-refused unless `validate=False` (`envace data add --no-validate`).
+refused unless `validate=False` (`envace data add --no-validate`). DVC comes with the flows extra; without it
+`add_dataset` validates, then stops with a line that names the extra.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ class DatasetVersion:
 
 def _open_repo(root: Path):  # -> dvc.repo.Repo
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")
-    from dvc.repo import Repo
+    from envace.extras import require
+
+    Repo = require("dvc.repo", "flows", "dataset versioning (`envace data add`)").Repo
 
     if not (root / ".dvc").is_dir():
         top = run_git(root, "rev-parse", "--show-toplevel")

@@ -17,15 +17,15 @@ own greedy rollout settings (`rollout.act`). Departure: the paper's decoding set
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from envace.config import BaseConfig, RolloutConfig, SamplingConfig
 from envace.data.config import DataConfig
 from envace.engines.slots import ModelSlot, SlotKind
-from envace.rollout.tts_private import TTSConfig
 from envace.tracking.config import TrackingConfig
+from envace.tts.config import TTSConfig
 
 PAPER_K = 4
 _SOURCE_KEYS = ("model_dir", "base_url", "model", "api_key_env", "max_model_len", "timeout_s", "max_retries")
@@ -77,6 +77,8 @@ class BenchmarkOptions(BaseConfig):
 
 
 class EvalConfig(BaseConfig):
+    retired_keys: ClassVar[dict[str, str]] = {"tts_n": "tts.n", "tts_mode": "tts.mode"}
+
     model: str | None = Field(None, description="Shorthand for policy.model_dir: a model dir or a step_* checkpoint "
                               "dir (its policy/ or act/ model is used).")
     policy: ModelSlot | None = Field(None, description="The model under evaluation: policy.model_dir=DIR or "
@@ -101,10 +103,9 @@ class EvalConfig(BaseConfig):
     rollout: RolloutConfig = Field(default_factory=_eval_rollout,
                                    description="Sampling and limits (mode is set per measurement).")
     fidelity: bool = Field(True, description="Also run a rehearse-mode pass and compare rehearsed vs real responses.")
-    tts_n: int = Field(0, ge=0, le=8, description="Private rehearsals before the committed execution (0 = none).")
-    tts_mode: Literal["parallel", "sequential"] = Field("parallel", description="TTS mode.")
-    tts: TTSConfig = Field(default_factory=TTSConfig, description="Test-time rehearsal settings (temperatures, "
-                           "rehearse_at first | every user message, memory cap).")
+    tts: TTSConfig = Field(default_factory=TTSConfig, description="Test-time rehearsal: tts.n private rehearsals "
+                           "before the committed run (0 = none), tts.mode parallel | sequential, tts.memory (prose, "
+                           "calls_results, calls, best_of_n), tts.rehearse_at first | every, temperatures, caps.")
     user_sim_model: str | None = Field(None, description="Deprecated shorthand for user_sim.model_dir.")
     bench_limit: int | None = Field(None, ge=1, description="Entries per benchmark category (quick runs).")
     out_dir: str | None = Field(None, description="Where to write eval tables (None: beside the model).")

@@ -34,7 +34,7 @@ def world_protocol(cfg: Any) -> dict[str, Any]:
     """What besides the checkpoint changes the tool world's trajectories (see envace.store.eval_runs)."""
     return {"data": cfg.data.model_dump(mode="json"), "split": cfg.split, "n_tasks": cfg.n_tasks,
             "rollout": cfg.rollout.model_dump(mode="json"), "fidelity": cfg.fidelity,
-            "tts": {"n": cfg.tts_n, "mode": cfg.tts_mode, **cfg.tts.model_dump(mode="json")} if cfg.tts_n else None}
+            "tts": cfg.tts.record() if cfg.tts.on else None}
 
 
 def put_world(writer: Any, kind: str, seed: int, trajs: list, *, split: str, tts: bool = False) -> None:
@@ -150,7 +150,7 @@ class EvalStore:
 
     def put(self, kind: str, seed: int, trajs: list) -> None:
         """Tool-world trajectories of one seed (`kind` "env" = the scored episodes, else e.g. "fidelity")."""
-        put_world(self.writer, kind, seed, trajs, split=self.cfg.split, tts=self.cfg.tts_n > 0)
+        put_world(self.writer, kind, seed, trajs, split=self.cfg.split, tts=self.cfg.tts.on)
 
     def put_benchmarks(self, results: Mapping[str, Any]) -> None:
         """Every per-task trajectory of each `BenchmarkResult` ({name: result}) into its benchmark's run."""

@@ -86,8 +86,7 @@ def run_eval(cfg: EvalConfig, echo: Callable[[str], None] | None = None) -> dict
     try:
         if "world" in cfg.benchmarks:
             results["world"] = evaluate_world(engine, tasks, cfg.rollout, k=cfg.k, seeds=cfg.seeds,
-                                              with_fidelity=cfg.fidelity, tts_n=cfg.tts_n, tts_mode=cfg.tts_mode,
-                                              tts_options=cfg.tts,
+                                              with_fidelity=cfg.fidelity, tts=cfg.tts,
                                               on_trajectories=store.put if store else None)
         others = [b for b in cfg.benchmarks if b != "world"]
         if others:
@@ -97,8 +96,8 @@ def run_eval(cfg: EvalConfig, echo: Callable[[str], None] | None = None) -> dict
             # simulator is its own policy object, never the TTS-wrapped one
             policy, user_sim, judge = bench_roles(cfg, str(device), engine, model_dir if engine else None)
             results["benchmarks"] = run_benchmarks(
-                others, policy, limit=cfg.bench_limit, k=cfg.k, seed=cfg.seeds[0], tts_n=cfg.tts_n,
-                tts_mode=cfg.tts_mode, tts_options=cfg.tts, user_sim=user_sim, judge=judge,
+                others, policy, limit=cfg.bench_limit, k=cfg.k, seed=cfg.seeds[0], tts=cfg.tts, user_sim=user_sim,
+                judge=judge,
                 paths=cfg.paths.as_dict(), options={b: cfg.bench.for_benchmark(b) for b in others},
                 slots=results["models"], show_progress=cfg.progress)
             from envace.evaluation.verdict import run_failures

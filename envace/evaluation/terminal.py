@@ -39,7 +39,8 @@ seeds=[...], bench_limit=N (first N tasks of each category),
 out_dir=DIR (default eval_<model> beside the model; printed at start),
 device=cpu|cuda, threads=N (torch CPU threads),
 progress=true|false (bars on stderr), max_judge_failure_share=0.1,
-tts_n, tts_mode, tts.*, tracking.* (MLflow + store);
+tts.n=N, tts.mode=parallel|sequential, tts.memory=prose|calls_results|
+calls|best_of_n, tts.*, tracking.* (MLflow + store);
 world only: split, n_tasks, data.*, rollout.*, fidelity.
 Data: paths.vita=VITABENCH_CLONE, paths.finmcp=DATA.json,
 paths.finmcp_tools=MCP_SCHEMA, paths.tau2=TAU2_CLONE (default: the

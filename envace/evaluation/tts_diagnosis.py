@@ -1,9 +1,10 @@
 """`envace tts diagnose`: why test-time rehearsal (TTS) helps or hurts a checkpoint on the tool world.
 
 One table, one row per condition, every row run on the same tasks with the same sampling seeds as N = 0,
-its committed episode sampled with N = 0's seeds (common random numbers, envace.rollout.tts), and compared
+its committed episode sampled with N = 0's seeds (common random numbers, envace.tts.rollout), and compared
 with N = 0 task by task (paired bootstrap over tasks, the checkpoint held fixed: envace.evaluation.tts_measures):
-- `N=0` and `N=n mode` for each configured n and mode: the method as `envace eval --tts-n` runs it;
+- `N=0` and `N=n mode` for each configured n and mode: the method as `envace eval --tts-n` runs it, with
+  the memory strategy `tts.memory` (every row but the placebos uses it);
 - `oracle`: the reference condition (bound_n, bound_mode) with the private episodes played against private
   copies of the real world (each a fresh environment reset with the real task behind the private view), so
   the memory is written from the world's true responses; nothing runs in the committed run's environments,
@@ -12,6 +13,7 @@ with N = 0 task by task (paired bootstrap over tasks, the checkpoint held fixed:
 - `placebo: empty`, `placebo: other`: the reference condition's committed prompt with the memory replaced by
   an empty note under the same header, or by another task's memory cut to the same length: what the prompt
   change alone does. The note is fixed for the whole episode (with tts.rehearse_at=every the method renews it).
+  Not with `tts.memory=best_of_n`, which writes no note (set placebo=false).
 - contrasts, paired the same way: the reference condition minus each placebo (what the rehearsed memory adds
   over the prompt change alone) and the oracle minus the reference condition (what true responses add).
 Each row also has the committed run's first-prompt length and context-guard share, first-action agreement
@@ -27,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -47,8 +49,10 @@ from envace.evaluation.tts_measures import (
 )
 from envace.evaluation.world import score_episodes
 from envace.rollout import run_rollout
-from envace.rollout.tts import MAX_N, TTSConfig, tts_rollout
-from envace.rollout.tts_prompts import MEMORY_HEADER, with_system_note
+from envace.tts.config import MAX_N, TTSConfig, TTSMode
+from envace.tts.prompts import MEMORY_HEADER, with_system_note
+from envace.tts.rollout import tts_rollout
+from envace.tts.strategies import writes_note
 from envace.types import Environment, Mode, Task, ToolCall, Trajectory
 
 BASE = "N=0"
@@ -64,15 +68,14 @@ class TTSDiagnosisConfig(BaseConfig):
     seeds: list[int] = Field(default_factory=lambda: [0], description="Sampling seeds; each is one pass over the "
                              "tasks (the paired unit stays the task: its seeds are averaged).")
     n: list[int] = Field(default_factory=lambda: [1, 2], description="Private rehearsal counts besides N=0.")
-    modes: list[Literal["parallel", "sequential"]] = Field(
-        default_factory=lambda: ["parallel", "sequential"], description="TTS modes run for each n.")
+    modes: list[TTSMode] = Field(default_factory=lambda: list(TTSMode), description="TTS modes run for each n.")
     bound_n: int | None = Field(None, description="N of the oracle and placebo rows (None: the largest of n).")
-    bound_mode: Literal["parallel", "sequential"] = Field("parallel", description="Mode of the oracle and placebo "
-                                                          "rows.")
+    bound_mode: TTSMode = Field(TTSMode.PARALLEL, description="Mode of the oracle and placebo rows.")
     oracle: bool = Field(True, description="Run the oracle bound (private phase against private world copies).")
     placebo: bool = Field(True, description="Run the two placebo bounds (empty note, another task's note).")
     rollout: RolloutConfig = Field(default_factory=_eval_rollout, description="Sampling and limits, as `envace eval`.")
-    tts: TTSConfig = Field(default_factory=TTSConfig, description="Test-time rehearsal settings, as `envace eval`.")
+    tts: TTSConfig = Field(default_factory=TTSConfig, description="Test-time rehearsal settings, as `envace eval` "
+                           "(tts.memory, temperatures, caps); N and the mode of each row come from n, modes, bound_*.")
     n_boot: int = Field(10_000, ge=100, description="Bootstrap resamples per interval.")
     out_dir: str | None = Field(None, description="Where the JSON and CSV go (None: tts_diagnosis_<model> beside "
                                 "the model).")
@@ -85,6 +88,13 @@ class TTSDiagnosisConfig(BaseConfig):
                              "e.g. n=[1,2]")
         if not self.modes or not self.seeds:
             raise ValueError("modes and seeds must each name at least one value, e.g. modes=[parallel] seeds=[0]")
+        fixed = sorted({"n", "mode"} & self.tts.model_fields_set)
+        if fixed:
+            raise ValueError(f"tts.{fixed[0]} is set, but the diagnosis runs a grid: list the counts in n=[...] and "
+                             "the modes in modes=[...] (bound_n / bound_mode pick the bounds' row)")
+        if self.placebo and not writes_note(self.tts.memory):
+            raise ValueError(f"placebo rows replace the memory note, and tts.memory={self.tts.memory} writes none; "
+                             "set placebo=false")
         if (self.oracle or self.placebo) and (self.bound() not in self.n or self.bound_mode not in self.modes):
             raise ValueError(f"bound_n={self.bound()} bound_mode={self.bound_mode} is not one of the TTS rows "
                              f"(n={self.n}, modes={self.modes}); the oracle and placebo rows compare with it")
@@ -99,18 +109,18 @@ class Condition:
     name: str
     kind: str  # base | tts | oracle | placebo
     n: int = 0
-    mode: str = "parallel"
+    mode: str = TTSMode.PARALLEL.value
     placebo: str | None = None
 
 
 def conditions(cfg: TTSDiagnosisConfig) -> list[Condition]:
     out = [Condition(BASE, "base")]
-    out += [Condition(f"N={n} {m}", "tts", n, m) for n in sorted(set(cfg.n)) for m in cfg.modes]
+    out += [Condition(f"N={n} {m.value}", "tts", n, m.value) for n in sorted(set(cfg.n)) for m in cfg.modes]
     b, bm = cfg.bound(), cfg.bound_mode
     if cfg.oracle:
-        out.append(Condition(f"oracle N={b} {bm}", "oracle", b, bm))
+        out.append(Condition(f"oracle N={b} {bm.value}", "oracle", b, bm.value))
     if cfg.placebo:
-        out += [Condition(f"placebo: {k} note", "placebo", b, bm, k) for k in ("empty", "other")]
+        out += [Condition(f"placebo: {k} note", "placebo", b, bm.value, k) for k in ("empty", "other")]
     return out
 
 
@@ -153,11 +163,11 @@ def run_condition(cond: Condition, tasks: list[Task], engine: Any, cfg: TTSDiagn
                   copy_factory: Callable[[], Environment] | None = None) -> list[Trajectory]:
     """The committed episodes of one condition at one seed, ordered by task (k = 1). `copy_factory` makes
     the oracle's private world copies (default: `env_factory`, whose every call is a fresh environment)."""
-    opts, rc = cfg.tts, cfg.rollout
+    opts = TTSConfig.model_validate({**cfg.tts.model_dump(), "n": cond.n, "mode": cond.mode})
+    rc = cfg.rollout
     if cond.kind in ("base", "tts", "oracle"):
         world = private_world(tasks, copy_factory or env_factory) if cond.kind == "oracle" else None
-        return tts_rollout(tasks, engine, rc, cond.n, cond.mode, env_factory, seed, k=1, options=opts,
-                           private_world=world)
+        return tts_rollout(tasks, engine, rc, opts, env_factory, seed, k=1, private_world=world)
     if bound_memories is None:
         raise RuntimeError(f"{cond.name} needs the memories of N={cond.n} {cond.mode}, which did not run")
     notes = placebo_memories(bound_memories, cond.placebo or "")
@@ -181,7 +191,7 @@ def diagnose(cfg: TTSDiagnosisConfig, engine: Any, tasks: list[Task], env_factor
     conds = conditions(cfg)
     runs: dict[str, list[list[Trajectory]]] = {}  # name -> [seed][task]
     rows: list[dict[str, Any]] = []
-    bound_name = f"N={cfg.bound()} {cfg.bound_mode}"
+    bound_name = f"N={cfg.bound()} {cfg.bound_mode.value}"
     for cond in conds:
         t0 = time.perf_counter()
         row: dict[str, Any] = {"name": cond.name, "kind": cond.kind, "n": cond.n, "mode": cond.mode}

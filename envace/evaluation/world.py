@@ -26,6 +26,8 @@ from envace.rewards.env_reward import env_state_reward
 from envace.rewards.rule_judge import score_rule
 from envace.roles.rehearse import few_shot_triples
 from envace.rollout import run_rollout
+from envace.tts.config import TTSConfig
+from envace.tts.rollout import tts_rollout
 from envace.types import ErrorCode, Mode, Role, Task, Trajectory
 
 FEW_SHOT_POOL = 200  # training-split tasks the fidelity pass draws its Rehearse few-shot from
@@ -103,18 +105,20 @@ def _without_own_gold(tasks: list[Task], few_shot_tasks: list[Task] | None) -> l
 def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], tasks: list[Task],
                    rollout: RolloutConfig, *, k: int = 1,
                    seeds: list[int] = (0,), temperature: float | None = None, with_fidelity: bool = True,
-                   tts_n: int = 0, tts_mode: str = "parallel", tts_options: Any = None,
+                   tts: TTSConfig | None = None,
                    on_trajectories: Callable[[str, int, list[Trajectory]], None] | None = None,
                    few_shot_tasks: list[Task] | None = None) -> dict[str, Any]:
     """Evaluate `engine` on `tasks`; returns mean and per-seed scores, every episode's success and reward
     (`per_task`: [tasks][seeds x k], seed-major) and fidelity. `engine` may be
-    `{Role.ACT: e1, Role.REHEARSE: e2}` (the per-role-policy ablation; not with test-time rehearsal).
+    `{Role.ACT: e1, Role.REHEARSE: e2}` (the per-role-policy ablation; not with test-time rehearsal, `tts`
+    with n > 0: envace.tts.rollout).
     `on_trajectories(pass, seed, trajectories)` sees each seed's scored episodes (pass "env") and its
     rehearse-mode fidelity pass (pass "fidelity"), e.g. to store them. The fidelity pass never shows
     Rehearse a test task's own gold pairs: its few-shot examples come from `few_shot_tasks` (default:
     the world's training split, as the reference code draws few-shot from the training sample)."""
-    if isinstance(engine, Mapping) and tts_n > 0:
-        raise ValueError("test-time rehearsal (tts_n > 0) needs one shared engine, not a per-role mapping")
+    tts = tts or TTSConfig()
+    if isinstance(engine, Mapping) and tts.on:
+        raise ValueError("test-time rehearsal (tts.n > 0) needs one shared engine, not a per-role mapping")
     from envace.worlds.environment import WorldEnvironment
 
     cfg = rollout if temperature is None else _with_temperature(rollout, temperature)
@@ -126,11 +130,9 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
     fid_trajs: list[Trajectory] = []
     fid_tasks = _without_own_gold(tasks, few_shot_tasks) if with_fidelity and cfg.few_shot else tasks
     for col, seed in enumerate(seeds):
-        if tts_n > 0:
-            from envace.rollout.tts import tts_rollout
-
+        if tts.on:
             # k attempts per task, each with its own derived seed (private and committed phases alike)
-            trajs = tts_rollout(tasks, engine, cfg, tts_n, tts_mode, WorldEnvironment, seed, k=k, options=tts_options)
+            trajs = tts_rollout(tasks, engine, cfg, tts, WorldEnvironment, seed, k=k)
         else:
             trajs = run_rollout(tasks, k=k, policy=engine, cfg=cfg, mode=Mode.ENV, env_factory=WorldEnvironment,
                                 seed=seed)
@@ -158,7 +160,7 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
         "success_seed_std": statistics.pstdev([s["success"] for s in per_seed]) if len(per_seed) > 1 else 0.0,
         "per_domain": per_seed[0]["per_domain"] if len(per_seed) == 1 else _merge_domains(per_seed),
         "tasks": len(tasks), "k": k, "seeds": list(seeds), "temperature": cfg.act.temperature,
-        "tts": {"n": tts_n, "mode": tts_mode},
+        "tts": {"n": tts.n, "mode": tts.mode.value, "memory": tts.memory},
         # every episode's outcome, for paired comparisons between checkpoints on the same tasks and seeds
         "per_task": {"task_ids": [t.uuid for t in tasks], "seeds": list(seeds), "k": k,
                      "success": task_success, "reward": task_reward},

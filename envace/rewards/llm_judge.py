@@ -5,8 +5,9 @@ One judge call per (user turn, checklist item), with a strict JSON schema whose 
 `answer: bool`. Departure from the reference, which judges every assistant *step* of a turn against
 every item (an item passes if it passes at any step): here the judge sees the whole turn at once — one
 call instead of one per step, and the item's `focus_on` tells it where to look. A call that raises or
-returns something that is not a verdict is retried with exponential backoff; when all attempts fail
-the episode score is None with a typed `JudgeFailure` (the episode is then JUDGE_ERROR), never 0.
+returns something that is not a verdict is retried with exponential backoff (`ask_until_parsed`, the loop
+other judges share); when all attempts fail the episode score is None with a typed `JudgeFailure` (the
+episode is then JUDGE_ERROR), never 0.
 Each failure is classified (`JudgeErrorKind`): UNPARSEABLE when the backend answered with something that
 is not a verdict, BACKEND when the backend raised (endpoint unreachable or refusing, a local model
 refusing the request); the judge counts failed attempts and failed items per kind for run metrics.
@@ -132,6 +133,41 @@ def parse_verdict(text: Any) -> bool:
     return obj["answer"]
 
 
+class RetriesExhausted(RuntimeError):
+    """Every attempt of one judge request failed; `kind` and `error` are the last attempt's."""
+
+    def __init__(self, kind: JudgeErrorKind, error: str, attempts: int) -> None:
+        super().__init__(f"judge gave no usable reply in {attempts} attempts ({kind.value}): {error}")
+        self.kind, self.error, self.attempts = kind, error, attempts
+
+
+def ask_until_parsed(backend: Any, messages: list[dict], json_schema: dict | None, parse: Callable[[Any], Any],
+                     settings: JudgeSettings, sleep: Callable[[float], None] = time.sleep,
+                     counter: Any = None) -> Any:
+    """`parse(reply)` of the first attempt whose request succeeds and whose reply parses; exponential backoff
+    between attempts. A raising backend is BACKEND, a reply `parse` refuses (ValueError) is UNPARSEABLE;
+    `counter` (an object with `calls` and a `failed_attempts` Counter, e.g. an LLMJudge) counts both.
+    Raises RetriesExhausted when every attempt failed."""
+    last, kind = "", JudgeErrorKind.BACKEND
+    for attempt in range(settings.attempts):
+        if attempt:
+            sleep(min(settings.max_delay_s, settings.base_delay_s * 2 ** (attempt - 1)))
+        if counter is not None:
+            counter.calls += 1
+        try:
+            reply = ask(backend, messages, json_schema, settings.temperature)
+        except Exception as exc:  # noqa: BLE001 - any backend failure is retried, then recorded
+            last, kind = f"{type(exc).__name__}: {exc}", JudgeErrorKind.BACKEND
+        else:
+            try:
+                return parse(reply)
+            except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
+                last, kind = f"{type(exc).__name__}: {exc}", JudgeErrorKind.UNPARSEABLE
+        if counter is not None:
+            counter.failed_attempts[kind] += 1
+    raise RetriesExhausted(kind, last, settings.attempts)
+
+
 class LLMJudge:
     def __init__(self, backend: ChatBackend, settings: JudgeSettings | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -151,25 +187,13 @@ class LLMJudge:
         return m
 
     def judge_item(self, turns: list[TurnView], turn_index: int, item: ChecklistItem) -> bool:
-        s = self.settings
-        messages = item_prompt(turns, turn_index, item)
-        last, kind = "", JudgeErrorKind.BACKEND
-        for attempt in range(s.attempts):
-            if attempt:
-                self.sleep(min(s.max_delay_s, s.base_delay_s * 2 ** (attempt - 1)))
-            self.calls += 1
-            try:
-                reply = ask(self.backend, messages, VERDICT_SCHEMA, s.temperature)
-            except Exception as exc:  # noqa: BLE001 - any backend failure is retried, then recorded
-                last, kind = f"{type(exc).__name__}: {exc}", JudgeErrorKind.BACKEND
-            else:
-                try:
-                    return parse_verdict(reply)
-                except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
-                    last, kind = f"{type(exc).__name__}: {exc}", JudgeErrorKind.UNPARSEABLE
-            self.failed_attempts[kind] += 1
-        self.failed_items[kind] += 1
-        raise JudgeError(JudgeFailure(turn=turn_index, item_id=item.id, attempts=s.attempts, error=last, kind=kind))
+        try:
+            return ask_until_parsed(self.backend, item_prompt(turns, turn_index, item), VERDICT_SCHEMA, parse_verdict,
+                                    self.settings, self.sleep, self)
+        except RetriesExhausted as exc:
+            self.failed_items[exc.kind] += 1
+            raise JudgeError(JudgeFailure(turn=turn_index, item_id=item.id, attempts=exc.attempts, error=exc.error,
+                                          kind=exc.kind)) from None
 
     def score_messages(self, task: Task, messages: list[Message]) -> ChecklistScore:
         sets = all_checklists(task)

@@ -1,7 +1,7 @@
 """The episode state machine: K episodes per task in modes rehearse | env | simulator.
 
 `run_rollout` is the entry point; `derive_seed` gives every generation a stable seed. Test-time
-rehearsal (tts.py) is built on top of `run_rollout`.
+rehearsal (envace.tts) is built on top of `run_rollout`.
 """
 
 from envace.rollout.machine import run_rollout

@@ -51,7 +51,7 @@ from envace.roles.act import assistant_message, is_malformed, parse_act
 from envace.roles.prompts import RESULT_CLOSE, simulator_system_prompt
 from envace.roles.rehearse import parse_execution_result, rehearse_messages
 from envace.rollout.engine_prompts import is_chat_engine, prompt_of
-from envace.rollout.seeds import derive_seed
+from envace.rollout.seeds import generation_seed
 from envace.rollout.state import EpisodeState, Phase
 from envace.toolcall import ParsedAct
 from envace.types import (
@@ -95,7 +95,7 @@ class _Run:
     echo_prompts: bool = False
 
     def seed_for(self, st: EpisodeState, role: Role, index: int) -> int:
-        return derive_seed(self.seed, self.step, st.traj.prompt_index, st.traj.sample_index, role, index)
+        return generation_seed(self.seed, self.step, st.traj.prompt_index, st.traj.sample_index, role, index)
 
 
 def _generate(engine: GenerationEngine, requests: list[GenRequest]) -> list[GenResult]:

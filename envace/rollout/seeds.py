@@ -3,7 +3,8 @@
 `derive_seed(seed, step, prompt_index, sample_index, role, generation_index)` hashes its parts with
 SHA-256 into a 63-bit integer, so every generation request gets a seed that is the same in every process
 and on every machine (Python's `hash` is salted per process) and differs when any part differs. Parts
-are typed in the hash, so `1`, `"1"`, `True` and `1.0` give different seeds.
+are typed in the hash, so `1`, `"1"`, `True` and `1.0` give different seeds. `generation_seed` is the one
+layout the rollout machine uses (test-time rehearsal reads it to know which request opens a committed run).
 """
 
 from __future__ import annotations
@@ -38,3 +39,8 @@ def derive_seed(*parts: Any) -> int:
     payload = json.dumps([_canonical(p) for p in parts], separators=(",", ":"))
     digest = hashlib.sha256(payload.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") & _MASK_63
+
+
+def generation_seed(seed: int, step: int, prompt_index: int, sample_index: int, role: Any, index: int) -> int:
+    """The seed of generation `index` of `role` in episode (prompt_index, sample_index) of a rollout."""
+    return derive_seed(seed, step, prompt_index, sample_index, role, index)

@@ -5,7 +5,8 @@
 `synchronous=NORMAL` (safe in WAL mode against a process crash; only an OS crash can lose the last
 commits) and `BEGIN IMMEDIATE`
 transactions: a writer takes the write lock when its transaction starts, so concurrent writers queue on
-the busy timeout instead of failing on a lock upgrade. `postgresql://` URLs are routed to psycopg 3.
+the busy timeout instead of failing on a lock upgrade. `postgresql://` URLs are routed to psycopg 3 (the
+postgres extra; without it `make_engine` stops with a line that names the extra).
 
 `upgrade` / `downgrade` run the Alembic migrations packaged in `envace/store/migrations` (found next to
 this file; `alembic.ini` is packaged too for the `alembic` CLI). The engine travels to Alembic's env.py
@@ -90,6 +91,10 @@ def make_engine(url_or_path: str | Path | URL, *, read_only: bool = False, echo:
         engine = sa.create_engine(url, echo=echo)
         _sqlite_setup(engine, read_only)
         return engine
+    if url.get_driver_name() == "psycopg":
+        from envace.extras import check
+
+        check("psycopg", "postgres", "a PostgreSQL store")
     kwargs: dict = {"echo": echo, "pool_pre_ping": True}
     if read_only and url.get_backend_name() == "postgresql":
         kwargs["connect_args"] = {"options": "-c default_transaction_read_only=on"}

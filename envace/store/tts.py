@@ -1,5 +1,5 @@
 """Writing test-time rehearsal (TTS) to the store: rows of `tts_commits` / `tts_rehearsals` from the records
-`envace.rollout.tts` leaves on trajectories (`Trajectory.tts`), and `put_tts` to write a batch of committed
+`envace.tts.rollout` leaves on trajectories (`Trajectory.tts`), and `put_tts` to write a batch of committed
 executions with their private rehearsals through a `TrajectoryWriter`.
 
 `tts_rows` is called by rows.to_bundle for every trajectory that carries a TTS record, so the rows commit

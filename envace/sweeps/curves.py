@@ -84,8 +84,10 @@ def sweep_curves(records: Sequence[Mapping[str, Any]], mlflow_uri: str | None,
 
 def curves_figure(table: pd.DataFrame, title: str):
     """One panel per metric, one line per grid point, 95 % error bars where there are ≥ 2 seeds."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    from envace.extras import require
+
+    go = require("plotly.graph_objects", "flows", "a sweep's HTML plot")
+    make_subplots = require("plotly.subplots", "flows", "a sweep's HTML plot").make_subplots
 
     metrics = list(dict.fromkeys(table["metric"]))
     fig = make_subplots(rows=max(1, len(metrics)), cols=1, subplot_titles=metrics or ["(no curves)"])

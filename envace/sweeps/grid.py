@@ -4,7 +4,7 @@ A sweep YAML (`SweepConfig`) names a base cell config (a `TrainConfig` YAML for 
 `EvalConfig` YAML or none for `kind: eval`), overrides shared by every cell, and `axes`. Each axis is
 either a mapping `level name -> [key=value, ...]` (named variants, e.g. `envace: []`,
 `grpo_env: [rollout.mode=env]`) or a list of scalars, in which case the axis name is the config key
-(`tts_n: [0, 1, 2]` gives the levels `tts_n=0`, ...). Cells are the Cartesian product of the axes (minus
+(`tts.n: [0, 1, 2]` gives the levels `tts.n=0`, ...). Cells are the Cartesian product of the axes (minus
 `exclude`d combinations) × `seeds`. A cell is fully described by a `CellSpec`, which is what a Prefect
 task receives: it can be run, cached and retried on its own.
 
@@ -30,6 +30,7 @@ from envace.config import BaseConfig, ConfigError
 from envace.sweeps.prepare import SFTSpec
 from envace.sweeps.ray_runner import RunnerConfig
 from envace.sweeps.world_model import WorldbenchSpec
+from envace.tts.config import DEFAULT_N_GRID, TTS_MODES
 
 Scalar = str | int | float | bool
 DEFAULT_PASS = "default"  # the name of the main evaluation pass (eval_overrides) beside extra_evals
@@ -65,7 +66,7 @@ class SweepConfig(BaseConfig):
     axes: dict[str, dict[str, list[str] | str] | list[Scalar]] = Field(
         default_factory=dict, description="Grid axes: {axis: {level: [key=value, ...]}} or {config.key: [values]}.")
     exclude: list[dict[str, Scalar | list[int]]] = Field(
-        default_factory=list, description="Level combinations to skip, e.g. {tts_n: 0, tts_mode: sequential}; with "
+        default_factory=list, description="Level combinations to skip, e.g. {tts.n: 0, tts.mode: sequential}; with "
                                           "`seeds: [3, 4]` only for those seeds (a probe arm run on fewer seeds).")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Seeds; one cell per seed.")
     eval_overrides: list[str] | None = Field(
@@ -309,14 +310,18 @@ def expand_cells(cfg: SweepConfig, parent_run_id: str | None = None) -> list[Cel
     return cells
 
 
-def tts_sweep_config(model: str | list[str], out_dir: str, *, n_values: list[int] = (0, 1, 2, 3),
-                     modes: list[str] = ("parallel", "sequential"), seeds: list[int] = (0,),
+def tts_sweep_config(model: str | list[str], out_dir: str, *, n_values: list[int] = DEFAULT_N_GRID,
+                     modes: list[str] = TTS_MODES, memories: list[str] | None = None, seeds: list[int] = (0,),
                      eval_overrides: list[str] = (), name: str = "tts", **fields: Any) -> SweepConfig:
-    """A TTS sweep: (model ×) N × mode evaluation cells. N counts private rehearsals; N=0 is the plain
-    run, so it is run once (as the first mode) instead of once per mode. A list of models (e.g. the SFT
-    checkpoint and the RL one: base vs trained) becomes a `model` axis."""
-    exclude = [{"tts_n": 0, "tts_mode": m} for m in modes[1:]] if 0 in n_values and len(modes) > 1 else []
-    axes: dict[str, list[Any]] = {"tts_n": list(n_values), "tts_mode": list(modes)}
+    """A TTS sweep: (model ×) N × mode (× memory strategy) evaluation cells. N counts private rehearsals;
+    N=0 is the plain run, so it is run once (as the first mode and memory) instead of once per mode and
+    memory. A list of models (e.g. the SFT checkpoint and the RL one: base vs trained) becomes a `model`
+    axis; `memories` (None: no axis, the default prose memory) a `tts.memory` axis."""
+    axes: dict[str, list[Any]] = {"tts.n": list(n_values), "tts.mode": list(modes)}
+    if memories is not None:
+        axes["tts.memory"] = list(memories)
+    exclude = ([{"tts.n": 0, axis: level} for axis in axes if axis != "tts.n" for level in axes[axis][1:]]
+               if 0 in n_values else [])
     overrides = list(eval_overrides)
     if isinstance(model, str):
         overrides.insert(0, f"model={model}")

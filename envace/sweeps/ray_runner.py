@@ -144,9 +144,10 @@ def restore_auth(previous: dict[str, str | None]) -> None:
 
 def ray_task_runner(cfg: RunnerConfig):
     """A prefect-ray task runner connected to the cluster of `cfg` (see the module docstring)."""
-    from prefect_ray import RayTaskRunner
-
+    from envace.extras import require
     from envace.sweeps.cache import CODE_VERSION_ENV, code_version
+
+    RayTaskRunner = require("prefect_ray", "flows", "a sweep with runner.kind=ray").RayTaskRunner
 
     class EnvaceRayTaskRunner(RayTaskRunner):
         def __init__(self, runner_cfg: RunnerConfig) -> None:

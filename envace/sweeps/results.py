@@ -92,8 +92,10 @@ def wide_table(table: pd.DataFrame) -> pd.DataFrame:
 
 def results_figure(table: pd.DataFrame, title: str):
     """Plotly bar chart per metric: mean with the 95 % CI as error bars, one bar per grid point."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    from envace.extras import require
+
+    go = require("plotly.graph_objects", "flows", "a sweep's HTML plot")
+    make_subplots = require("plotly.subplots", "flows", "a sweep's HTML plot").make_subplots
 
     metrics = list(dict.fromkeys(table["metric"])) or ["(none)"]
     fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=metrics)

@@ -15,7 +15,10 @@ from envace.config import ConfigError
 
 
 def _schedule(cron: str, timezone: str):
-    from prefect.server.schemas.schedules import CronSchedule
+    from envace.extras import require
+
+    CronSchedule = require("prefect.server.schemas.schedules", "flows", "a cron schedule (`envace sweep schedule`)"
+                           ).CronSchedule
 
     try:
         return CronSchedule(cron=cron, timezone=timezone)

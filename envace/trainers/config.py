@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from envace.config import BaseConfig, ConfigError, RolloutConfig
 from envace.data.config import DataConfig
@@ -16,10 +16,18 @@ from envace.engines.slots import ModelSlot
 from envace.tracking.config import TrackingConfig
 from envace.trainers.unscored_guard import UnscoredGuardConfig
 
+ECHO_COEF_RANGE = (0.0, 1.0)  # algo.echo_coef: 0 = off; docs/rollout.md names the values swept (0.01-0.1)
+
 
 class AlgoConfig(BaseConfig):
     advantage: str = Field("role_grpo", description="Advantage estimator, a name in envace.algos.ADVANTAGES: "
-                                                    "role_grpo (EnvACE) or grpo.")
+                                                    "role_grpo (EnvACE), grpo, or role_moving_average (R minus "
+                                                    "a per-role moving average of earlier steps' mean reward, "
+                                                    "carried across steps and checkpoints).")
+    baseline_decay: float = Field(0.9, ge=0, lt=1, allow_inf_nan=False,
+                                  description="algo.advantage=role_moving_average: weight of the earlier steps' "
+                                              "average in b <- decay*b + (1-decay)*step mean, per role, in [0, 1) "
+                                              "(0 = the previous step's mean; the first step uses its own mean).")
     weighting: Literal["per_output", "per_trajectory"] = Field(
         "per_output", description="Role baseline weighting (reference code: per_output).")
     norm_std: bool = Field(False, description="Divide advantages by the group std (paper: off).")
@@ -50,11 +58,11 @@ class AlgoConfig(BaseConfig):
                               "prefix run once with the KV cache and its trajectories continuing it, a task's rows "
                               "as one prefix tree, a trajectory's extending calls as one sequence, or off; auto "
                               "picks, per task, the cheaper of prefix and tree (envace.trainers.packing).")
-    echo_coef: float = Field(0.0, ge=0, description="Echo arm (rollout.mode=env only): weight of the cross-entropy "
-                                                    "on each executed call's real answer as a Rehearse target under "
-                                                    "the Rehearse prompt rehearse mode would build, token-mean over "
-                                                    "those tokens, added to the GRPO loss (envace.trainers.echo; "
-                                                    "0 = off).")
+    echo_coef: float = Field(0.0, description="Echo arm (rollout.mode=env only): weight of the cross-entropy "
+                                              "on each executed call's real answer as a Rehearse target under "
+                                              "the Rehearse prompt rehearse mode would build, token-mean over "
+                                              "those tokens, added to the GRPO loss (envace.trainers.echo); in "
+                                              "[0, 1], 0 = off, swept at 0.01, 0.05, 0.1.")
     rehearse_loss_weight: float = Field(1.0, ge=0, allow_inf_nan=False,
                                         description="Weight of each Rehearse row in the loss and in the token- "
                                                     "(row-) mean's denominator; 0 = out of the update, as if never "
@@ -62,6 +70,17 @@ class AlgoConfig(BaseConfig):
     grad_noise_scale: bool = Field(True, description="Log the gradient noise scale tr(Sigma)/|G|^2, in prompts, "
                                                      "from a random split-half of each step's prompts "
                                                      "(one gradient copy per micro-batch).")
+
+    @field_validator("echo_coef")
+    @classmethod
+    def _check_echo_coef(cls, v: float) -> float:
+        lo, hi = ECHO_COEF_RANGE
+        if not (lo <= v <= hi):  # also refuses NaN
+            raise ConfigError(f"algo.echo_coef={v} is outside [{lo:g}, {hi:g}] (the echo loss's weight beside the "
+                              f"GRPO loss; 0 = off, swept at 0.01-0.1); set algo.echo_coef between {lo:g} and {hi:g}",
+                              field="algo.echo_coef", what=f"echo_coef {v} outside [{lo:g}, {hi:g}]",
+                              fix=f"a value in [{lo:g}, {hi:g}], e.g. 0.05")
+        return v
 
     @model_validator(mode="after")
     def _check_names(self) -> AlgoConfig:

@@ -16,7 +16,9 @@ and `flip_advantage_sign` (the loop must climb, or with the sign flipped descend
 Two world-model arms ride on the same loop: `algo.echo_coef` > 0 (env mode: cross-entropy on the real answers
 as Rehearse targets, extra rows of the update, envace.trainers.echo) and `grounded.fraction` > 0 (rehearse
 mode: a fidelity reward on the Rehearse rows of a seeded share of calls, replayed in the real world after the
-episode, envace.trainers.grounded).
+episode, envace.trainers.grounded). `algo.advantage=role_moving_average` keeps a per-role moving average of the
+mean reward across steps (`envace.algos.RoleMovingBaseline`, decay `algo.baseline_decay`): read by each step's
+advantages, then moved by its rewards, saved in every checkpoint's meta.json and restored on resume.
 
 Departures from the paper / reference code: the old log-probs are the sampling engine's own (the run
 is on-policy with one PPO epoch, so verl's recomputation would give the same numbers — a test checks
@@ -28,12 +30,14 @@ from __future__ import annotations
 import copy
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from envace.algos import RoleMovingBaseline, carries_baseline, get_advantage_fn
 from envace.cpu_threads import apply_thread_policy
 from envace.data.tasks import load_tasks
 from envace.engines.factory import engine_name, make_engine
@@ -41,7 +45,13 @@ from envace.models.loading import load_policy, pick_device
 from envace.rollout import derive_seed, run_rollout
 from envace.rollout.placebo import PlaceboSimulator
 from envace.tracking.gitinfo import git_commit
-from envace.trainers.checkpoint import latest_checkpoint, load_optimizer_states, own_resume_meta, save_checkpoint
+from envace.trainers.checkpoint import (
+    Checkpoint,
+    latest_checkpoint,
+    load_optimizer_states,
+    own_resume_meta,
+    save_checkpoint,
+)
 from envace.trainers.config import TrainConfig
 from envace.trainers.dynamic_sampling import SampledBatch, informative_groups, sample_with_refill
 from envace.trainers.echo import echo_metrics, echo_rows
@@ -167,21 +177,43 @@ def flip_advantages(rows: list[TrainRow]) -> None:
         r.advantage = -r.advantage
 
 
-def step_rows(trajs: list[Trajectory], cfg: TrainConfig, step: int,
-              tokenizer: Any) -> tuple[list[TrainRow], list[TrainRow] | None, Grounding | None]:
+def step_rows(trajs: list[Trajectory], cfg: TrainConfig, step: int, tokenizer: Any,
+              baseline: RoleMovingBaseline | None = None) -> tuple[list[TrainRow], list[TrainRow] | None,
+                                                                   Grounding | None]:
     """The step's training rows with their advantages, the echo arm's supervised rows (None when off) and the
-    grounded arm's grounding (None when off). Grounding runs here, after every episode of the step ended."""
+    grounded arm's grounding (None when off). Grounding runs here, after every episode of the step ended.
+    `baseline`: the run's carried per-role average (`carried_baseline`), read and then moved by this step."""
     rows = build_rows(trajs, cfg.algo.empty_output_penalty)
     grounding = None
     if cfg.grounded.fraction > 0:
         grounding = ground(trajs, fraction=cfg.grounded.fraction, metric=cfg.grounded.metric, seed=cfg.seed,
                            step=step, env_factory=RewardScorer.env_factory())
         apply_fidelity_reward(rows, grounding, cfg.grounded.coef)
-    assign_advantages(rows, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std)
+    assign_advantages(rows, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std, baseline)
     if cfg.flip_advantage_sign:
         flip_advantages(rows)
     echo = echo_rows(trajs, tokenizer) if cfg.algo.echo_coef > 0 else None
     return rows, echo, grounding
+
+
+BASELINE_META = "role_baseline"  # the checkpoint meta.json key of the carried per-role average
+
+
+def carried_baseline(cfg: TrainConfig, resume: Checkpoint | None) -> RoleMovingBaseline | None:
+    """The per-role moving average of an estimator that carries one across steps (None for the others),
+    restored from the checkpoint the run resumes from."""
+    if not carries_baseline(get_advantage_fn(cfg.algo.advantage)):
+        return None
+    baseline = RoleMovingBaseline(cfg.algo.baseline_decay)
+    if resume is not None:
+        state = resume.meta.get(BASELINE_META)
+        if state is None:
+            warnings.warn(f"{resume.path} holds no {BASELINE_META} (written with another algo.advantage than "
+                          f"{cfg.algo.advantage}); the moving average restarts from step {resume.step + 1}'s batch "
+                          "mean", stacklevel=2)
+        else:
+            baseline.load_state_dict(state, source=f"{resume.path / 'meta.json'} {BASELINE_META}")
+    return baseline
 
 
 def _shadow_metrics(trajs: list[Trajectory], scorer: RewardScorer) -> dict[str, float]:
@@ -250,6 +282,7 @@ def _train(cfg: TrainConfig, rehearse_engine: Any = None) -> TrainResult:
     result = TrainResult(out_dir=out_dir, last_step=start, mlflow_run_id=tracker.mlflow_run_id)
     bar = _progress(cfg, start)
     guard = UnscoredGuard.from_config(cfg.unscored, scorer.judge_label or f"reward={cfg.reward}")
+    baseline = carried_baseline(cfg, resume)
     try:
         for step in range(start + 1, cfg.steps + 1):
             t0 = time.perf_counter()
@@ -258,13 +291,15 @@ def _train(cfg: TrainConfig, rehearse_engine: Any = None) -> TrainResult:
             guard.observe(step, sum(t.reward is None for t in batch.generated), len(batch.generated))  # dead judge
             trajs = batch.kept
             shadow = _shadow_metrics(batch.generated, scorer) if cfg.shadow_enabled else {}
-            rows, echo, grounding = step_rows(trajs, cfg, step, policy.tokenizer)
+            rows, echo, grounding = step_rows(trajs, cfg, step, policy.tokenizer, baseline)
             lr = lr_at(step, cfg.optim)
             set_lr(policy.optimizers, lr)
             updates = update_models(policy, rows, cfg, step=step, echo=echo)
             metrics = step_metrics(trajs, rows, updates, t_roll, time.perf_counter() - t0,
                                    generated=batch.generated)
             metrics.update(echo_metrics(updates))
+            if baseline is not None:
+                metrics.update(baseline.metrics())
             if grounding is not None:
                 metrics.update(grounding.metrics())
             metrics["optim/lr"] = lr
@@ -281,7 +316,8 @@ def _train(cfg: TrainConfig, rehearse_engine: Any = None) -> TrainResult:
                     ckpt_root, step, policy.models, policy.tokenizer, policy.optimizers,
                     {"config": cfg.model_dump(mode="json"), "git_commit": git_commit(),
                      "mlflow_run_id": tracker.mlflow_run_id, "store_run_id": tracker.run_id, "lr": lr,
-                     "out_dir": str(out_dir.resolve())},
+                     "out_dir": str(out_dir.resolve())}
+                    | ({BASELINE_META: baseline.state_dict()} if baseline is not None else {}),
                     keep=cfg.keep_checkpoints)
                 tracker.log_checkpoint(result.checkpoint, final=step == cfg.steps)  # MLflow lists every save
             if bar is not None:

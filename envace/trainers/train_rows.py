@@ -1,7 +1,8 @@
 """Training rows: one row per role call (every trainable Act and Rehearse generation), as in the reference
 code. History, rehearsed/real tool text and user turns sit in the row's prompt and get no loss; only the
 generated tokens of that call are trained. Every row of a trajectory inherits the trajectory's reward;
-advantages come from the configured estimator grouped by (prompt, role).
+advantages come from the configured estimator grouped by (prompt, role), or, for an estimator whose baseline
+is carried across steps (`role_moving_average`), against the trainer's `RoleMovingBaseline`.
 
 A row is a view over its `Turn`, not a copy: token ids, log-probs and temperature are read from the turn
 and the advantage is written to it, so the store and the dashboard show the advantage the loss used
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from envace.algos import get_advantage_fn
+from envace.algos import RoleMovingBaseline, get_advantage_fn
 from envace.toolcall import strip_end_markers
 from envace.types import Role, Trajectory, Turn
 
@@ -76,14 +77,19 @@ def build_rows(trajectories: list[Trajectory], empty_output_penalty: float = 0.0
     return rows
 
 
-def assign_advantages(rows: list[TrainRow], estimator: str, weighting: str, norm_std: bool) -> torch.Tensor:
-    """Compute advantages for `rows` and set them on the rows' turns."""
+def assign_advantages(rows: list[TrainRow], estimator: str, weighting: str, norm_std: bool,
+                      baseline: RoleMovingBaseline | None = None) -> torch.Tensor:
+    """Compute advantages for `rows` and set them on the rows' turns. `baseline`: the per-role average carried
+    across steps (estimators with `carries_baseline`); it is read, then moved by this step's rewards."""
     if not rows:
         return torch.zeros(0)
     fn = get_advantage_fn(estimator)
-    adv = fn(torch.tensor([r.reward for r in rows], dtype=torch.float32),
-             [r.prompt_index for r in rows], [r.trajectory_key for r in rows], [r.role for r in rows],
-             weighting=weighting, norm_std=norm_std)
+    cols = (torch.tensor([r.reward for r in rows], dtype=torch.float32),
+            [r.prompt_index for r in rows], [r.trajectory_key for r in rows], [r.role for r in rows])
+    if baseline is not None:
+        adv = baseline.advantages(fn, *cols, weighting=weighting, norm_std=norm_std)
+    else:
+        adv = fn(*cols, weighting=weighting, norm_std=norm_std)
     for row, a in zip(rows, adv.tolist()):
         row.advantage = a
     return adv

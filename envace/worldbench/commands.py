@@ -38,16 +38,24 @@ def build_cmd(args: list[str] = typer.Argument(None, help="[CONFIG] BuildConfig 
 
 SCORE_EPILOG = """The model slot is a local dir or an OpenAI-compatible endpoint:
   model.model_dir=DIR, or model.base_url=URL model.model=NAME model.api_key_env=VAR
-Without a model only the reference rows (copy_last, typed_empty) are scored.
+Without a model only the reference rows (copy_last, typed_empty) are scored. model_prompt=simulator asks
+the slot through envace's prompted-simulator prompt instead of the Rehearse one.
+Behaviour metrics (docs/worldbench.md): act_checkpoint=DIR with behr=true, env_nll=true, wm2real=true;
+a rubric judge with judge.base_url=URL judge.model=NAME; seeds=[0,1,2] for seed-level intervals.
 Examples:
   envace worldbench score configs/worldbench/score.yaml model.model_dir=models/tiny limit=40
-  envace worldbench score data=data/worldbench few_shot=false model.base_url=http://127.0.0.1:8000/v1 model.model=m"""
+  envace worldbench score data=data/worldbench few_shot=false model.base_url=http://127.0.0.1:8000/v1 model.model=m
+  envace worldbench score data=data/wb "sources=[world]" model.model_dir=runs/demo/sft/model \
+      act_checkpoint=runs/demo/sft/model behr=true env_nll=true wm2real=true
+  envace worldbench score data=data/wb model.base_url=http://127.0.0.1:8000/v1 model.model=m model_prompt=simulator"""
 
 
 @worldbench_app.command("score", context_settings={"allow_extra_args": True}, epilog=SCORE_EPILOG)
 def score_cmd(args: list[str] = typer.Argument(None, help="[CONFIG] ScoreConfig key=value ...")):
-    """Predict each test transition's response (Rehearse prompt) and score it against the real one."""
+    """Predict each test transition's response (Rehearse prompt) and score it against the real one; optionally
+    the behaviour metrics (BehR, environment-token NLL, WM2Real, rubric judge)."""
     from envace.config import load_config
+    from envace.worldbench.behaviour import flat as behaviour_flat
     from envace.worldbench.config import ScoreConfig
     from envace.worldbench.run import score
 
@@ -59,5 +67,7 @@ def score_cmd(args: list[str] = typer.Argument(None, help="[CONFIG] ScoreConfig 
                        **{src: {k: summary.get(k) for k in ("n", "json_valid", "exact", "shape", "leaf_f1",
                                                              "error_precision", "error_recall")}
                           for src, summary in row["aggregate"]["source"].items()}}
+    behaviour = {k: round(v, 4) for k, v in behaviour_flat(result.get("behaviour") or {}).items()
+                 if ("/all/" in k or "/world/wm2real" in k) and not k.endswith(("_lo", "_hi", "_n"))}
     typer.echo(json.dumps({"out": result["config"]["out"], "mlflow_run_id": result.get("mlflow_run_id"),
-                           "rows": table}, indent=2))
+                           "rows": table, **({"behaviour": behaviour} if behaviour else {})}, indent=2))

@@ -69,6 +69,29 @@ class ScoreConfig(BaseConfig):
     bootstrap: int = Field(1000, ge=0, description="Bootstrap resamples per interval (0: no intervals).")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig,
                                      description="MLflow and store (tracking.store_url; None: <out>/store.db).")
+    model_prompt: Literal["rehearse", "simulator"] = Field(
+        "rehearse", description="How the model slot is asked: the Rehearse prompt, or `simulator`: envace's "
+        "prompted-simulator system prompt for any chat model (envace.worldbench.simulator).")
+    # behaviour metrics (docs/worldbench.md "Behaviour metrics")
+    act_checkpoint: str | None = Field(None, description="Frozen Act checkpoint (model dir or step_* dir) that "
+                                       "behr, env_nll and wm2real read.")
+    behr: bool = Field(False, description="BehR: change of the Act checkpoint's log-likelihood of the logged next "
+                       "action, real vs predicted response (needs act_checkpoint).")
+    behr_tolerance: float = Field(0.1, gt=0.0, description="BehR: |Δ| in nats counted as unchanged (within_tol).")
+    env_nll: bool = Field(False, description="Per-token NLL of the real responses under the Act checkpoint's "
+                          "Rehearse prompt (needs act_checkpoint).")
+    wm2real: bool = Field(False, description="WM2Real: rehearsed tool-world episodes replayed in the real world "
+                          "(needs act_checkpoint; the world model is the model slot, else the checkpoint's own "
+                          "Rehearse role).")
+    wm2real_tasks: int = Field(20, ge=1, description="WM2Real: held-out tool-world test tasks, one episode each "
+                               "per seed.")
+    wm2real_temperature: float = Field(0.0, ge=0.0, le=10.0, description="WM2Real: Act and world-model sampling "
+                                       "temperature (0: greedy; seeds then replay the same episodes).")
+    judge: ModelSlot | None = Field(None, description="Rubric judge slot (judge.base_url=URL judge.model=NAME, or "
+                                    "judge.model_dir=DIR); None: no rubric scores.")
+    judge_attempts: int = Field(3, ge=1, description="Rubric judge: attempts per transition (backoff between).")
+    seeds: list[int] | None = Field(None, description="Sampling seeds of BehR's model-row predictions and of the "
+                                    "WM2Real episodes (None: [seed]); two or more add seed-level intervals.")
 
     @model_validator(mode="after")
     def _rows(self) -> ScoreConfig:
@@ -77,4 +100,20 @@ class ScoreConfig(BaseConfig):
             raise ValueError(f"reference_rows {bad} unknown; use names from {list(REFERENCE_ROWS)}")
         if self.model is None and not self.reference_rows:
             raise ValueError("nothing to score: set model.model_dir=<dir> (or model.base_url=...) or reference_rows")
+        needs = [name for name in ("behr", "env_nll", "wm2real") if getattr(self, name)]
+        if needs and not self.act_checkpoint:
+            raise ValueError(f"{', '.join(f'{n}=true' for n in needs)} needs act_checkpoint=<Act model dir or "
+                             "step_* checkpoint dir>; set it or turn those metrics off")
+        if self.model_prompt == "simulator" and self.model is None:
+            raise ValueError("model_prompt=simulator needs a model slot: model.base_url=URL model.model=NAME "
+                             "(or model.model_dir=DIR)")
+        if self.wm2real and self.model_prompt == "simulator":
+            raise ValueError("wm2real plays rollout episodes, whose world model answers the Rehearse prompt; the "
+                             "prompted simulator is a worldbench row only: set model_prompt=rehearse or wm2real=false")
+        if self.seeds is not None and (not self.seeds or len(set(self.seeds)) != len(self.seeds)):
+            raise ValueError(f"seeds {self.seeds} must be distinct and non-empty (or null for [seed])")
         return self
+
+    @property
+    def sample_seeds(self) -> list[int]:
+        return list(self.seeds) if self.seeds else [self.seed]

@@ -149,6 +149,24 @@ def prompt_messages(t: Transition, cfg: ScoreConfig, train: TrainIndex, n_histor
     return rehearse_messages(task, history, render_tool_call(call), call, few_shot=use_shots, style=cfg.style)
 
 
+def fit_rehearse_ids(t: Transition, cfg: ScoreConfig, train: TrainIndex, tokenizer: Any, limit: int | None, *,
+                     enable_thinking: bool) -> list[int] | None:
+    """The Rehearse prompt's ids within `limit` tokens: the oldest history dropped (halving the kept
+    messages), then the few-shot; None when not even that fits."""
+    n = cfg.max_history_messages
+    shots = cfg.few_shot
+    while True:
+        ids = rehearse_prompt_ids(tokenizer, prompt_messages(t, cfg, train, n, shots), enable_thinking=enable_thinking)
+        if limit is None or len(ids) <= limit:
+            return ids
+        if n > 0:
+            n = n // 2 if n > 1 else 0
+        elif shots:
+            shots = False
+        else:
+            return None
+
+
 class LocalRehearser:
     """A local slot's engine, fed Rehearse prompts in batches (greedy unless the slot samples)."""
 
@@ -165,19 +183,7 @@ class LocalRehearser:
         self.limit = cfg.max_prompt_tokens or (int(ctx) - cfg.max_new_tokens if ctx else None)
 
     def _ids(self, t: Transition) -> list[int] | None:
-        tok = self.chat.tokenizer
-        n = self.cfg.max_history_messages
-        shots = self.cfg.few_shot
-        while True:
-            ids = rehearse_prompt_ids(tok, prompt_messages(t, self.cfg, self.train, n, shots), enable_thinking=False)
-            if self.limit is None or len(ids) <= self.limit:
-                return ids
-            if n > 0:
-                n = n // 2 if n > 1 else 0
-            elif shots:
-                shots = False
-            else:
-                return None
+        return fit_rehearse_ids(t, self.cfg, self.train, self.chat.tokenizer, self.limit, enable_thinking=False)
 
     def predict(self, ts: Sequence[Transition]) -> list[Prediction]:
         out: list[Prediction | None] = [None] * len(ts)

@@ -23,6 +23,7 @@ with every environment's own error signal on every recorded response.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -56,6 +57,11 @@ class CallKind(str, Enum):
 class Split(str, Enum):
     TRAIN = "train"  # few-shot examples and the reference rows' fallbacks come from here
     TEST = "test"  # scored
+
+
+def safe_name(name: str) -> str:
+    """A row name as a file name and MLflow metric-key part (characters outside [A-Za-z0-9_.-] become `_`)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "model"
 
 
 def _loads(text: str) -> tuple[bool, Any]:

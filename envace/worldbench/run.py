@@ -9,22 +9,30 @@ selected transition; its scores are aggregated (envace.worldbench.score) with it
 Outputs: `<out>/worldbench.json` (config, data hashes, per-row aggregates, wall times, failures),
 `<out>/scores/<row>.jsonl` (every transition's prediction and scores), one MLflow run (params = the
 config; metrics `<row>/<source>/<metric>`, `<row>/all/<metric>`, `<row>/wall_s`; the JSON as an
-artifact) and the store (envace.store.worldbench_rows: a run per row, a row per transition).
+artifact) and the store (envace.store.worldbench_rows: a run per row, a row per transition). The behaviour
+metrics enabled in the config (BehR, environment-token NLL, WM2Real, rubric judge) run after the rows
+(envace.worldbench.behaviour) and add a `behaviour` section and their own MLflow metrics. A model slot is
+asked through the Rehearse prompt, or with `model_prompt=simulator` through envace's prompted-simulator
+prompt (envace.worldbench.simulator).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Any
 
+from envace.worldbench.behaviour import behaviour_metrics
+from envace.worldbench.behaviour import flat as behaviour_flat
 from envace.worldbench.build import source_dirs
 from envace.worldbench.config import ScoreConfig
 from envace.worldbench.predict import PROMPT_TOO_LONG, CopyLast, TrainIndex, TypedEmpty, model_predictor, timed_predict
-from envace.worldbench.records import Transition, read_transitions
+from envace.worldbench.records import Transition, read_transitions, safe_name
 from envace.worldbench.score import MEANS, RATES, aggregate, score_transition
+from envace.worldbench.simulator import PromptedSimulator
+
+_safe = safe_name  # the name envace.sweeps.world_model imports
 
 
 def subset(ts: list[Transition], limit: int | None, seed: int) -> list[Transition]:
@@ -59,28 +67,29 @@ def load(cfg: ScoreConfig) -> tuple[list[Transition], list[Transition], dict[str
     return test, train, hashes
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "model"
-
-
 def score(cfg: ScoreConfig) -> dict[str, Any]:
     test, train, hashes = load(cfg)
     index = TrainIndex(train)
     predictors: list[tuple[str, Any]] = []
     for name in cfg.reference_rows:
         predictors.append((name, CopyLast(test, index) if name == "copy_last" else TypedEmpty(index)))
-    if cfg.model is not None:
+    if cfg.model is not None and cfg.model_prompt == "simulator":
+        sim = PromptedSimulator(cfg, index)
+        predictors.append((sim.name, sim))
+    elif cfg.model is not None:
         m = model_predictor(cfg, index)
         predictors.append((f"model:{m.name}", m))
     out = Path(cfg.out)
     (out / "scores").mkdir(parents=True, exist_ok=True)
     rows: dict[str, Any] = {}
     per_row_scores = {}
+    per_row_preds = {}
     for name, predictor in predictors:
         preds, wall = timed_predict(predictor, test)
+        per_row_preds[name] = preds
         scores = [score_transition(t, p.text, p.note) for t, p in zip(test, preds)]
         per_row_scores[name] = scores
-        path = out / "scores" / f"{_safe(name)}.jsonl"
+        path = out / "scores" / f"{safe_name(name)}.jsonl"
         with path.open("w", encoding="utf-8") as f:
             for s in scores:
                 f.write(json.dumps(s.to_dict(), sort_keys=True, ensure_ascii=False, default=str) + "\n")
@@ -90,6 +99,9 @@ def score(cfg: ScoreConfig) -> dict[str, Any]:
     result = {"config": cfg.model_dump(mode="json"), "data": {"dir": str(cfg.data), "md5": hashes},
               "n_test": len(test), "n_train": len(train),
               "sources": sorted({t.source.value for t in test}), "rows": rows}
+    found = behaviour_metrics(cfg, test, index, predictors, per_row_preds, per_row_scores, out)
+    if found:
+        result["behaviour"] = found
     (out / "worldbench.json").write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     if cfg.tracking.enabled:
         result["mlflow_run_id"] = _log_mlflow(cfg, result, out)
@@ -101,7 +113,7 @@ def score(cfg: ScoreConfig) -> dict[str, Any]:
 def metrics(result: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, row in result["rows"].items():
-        key = _safe(name)
+        key = safe_name(name)
         out[f"{key}/wall_s"] = float(row["wall_s"])
         agg = row["aggregate"]
         groups = {"all": agg["all"], **{s: v for s, v in agg["source"].items()}}
@@ -110,6 +122,7 @@ def metrics(result: dict[str, Any]) -> dict[str, float]:
                 if summary.get(m) is not None:
                     out[f"{key}/{g}/{m}"] = float(summary[m])
             out[f"{key}/{g}/n"] = float(summary.get("n", 0))
+    out.update(behaviour_flat(result.get("behaviour") or {}))
     return out
 
 

@@ -121,8 +121,8 @@ def test_empty_batch():
 def test_registry_lookup():
     assert get_advantage_fn("role_grpo") is role_grpo_advantages
     assert get_advantage_fn("grpo") is grpo_advantages
-    assert ADVANTAGES.names() == ["grpo", "role_grpo"]
-    with pytest.raises(ValueError, match="grpo, role_grpo"):
+    assert ADVANTAGES.names() == ["grpo", "role_grpo", "role_moving_average"]
+    with pytest.raises(ValueError, match="grpo, role_grpo, role_moving_average"):
         get_advantage_fn("gae")
 
 

@@ -16,6 +16,7 @@ from envace.benchmarks.base import BenchmarkResult, CategoryScore
 from envace.benchmarks.overall import overall_report
 from envace.benchmarks.run import run_benchmarks
 from envace.engines.reply import AssistantReply
+from envace.tts.config import TTSConfig
 from envace.types import ToolCall
 
 
@@ -85,7 +86,7 @@ def test_run_benchmarks_with_and_without_tts(fin_path):
     plain = run_benchmarks(["finmcp"], Searcher(), limit=None, k=1, seed=0, paths={"finmcp": str(fin_path)})
     assert plain["results"]["finmcp"].overall == 1.0 and plain["tts"] is None
     pol = Searcher()
-    out = run_benchmarks(["finmcp"], pol, limit=None, k=1, seed=0, tts_n=3, tts_mode="sequential",
+    out = run_benchmarks(["finmcp"], pol, limit=None, k=1, seed=0, tts=TTSConfig(n=3, mode="sequential"),
                          paths={"finmcp": str(fin_path)})
     res = out["results"]["finmcp"]
     assert res.overall == 1.0 and res.models["policy"] == "searcher + TTS(N=3, sequential)"
@@ -105,8 +106,6 @@ def test_missing_settings_are_reported_together():
     assert "- paths.finmcp: finmcp needs paths.finmcp" in str(err.value)
     with pytest.raises(ValueError, match="valid names"):
         run_benchmarks(["mmlu"], Searcher(), limit=1, k=1, seed=0)
-    with pytest.raises(ValueError, match="N counts private rehearsals"):
-        run_benchmarks(["finmcp"], Searcher(), limit=1, k=1, seed=0, tts_n=-1)
 
 
 def test_tiny_model_runs_finmcp_with_tts(bench_tiny_dir, fin_path):
@@ -115,7 +114,7 @@ def test_tiny_model_runs_finmcp_with_tts(bench_tiny_dir, fin_path):
     torch.set_num_threads(1)
     policy = HFChatPolicy(LocalChatModel.from_dir(bench_tiny_dir, device="cpu"), temperature=0.0, max_tokens=12)
     for n, mode in ((0, "parallel"), (1, "parallel"), (1, "sequential")):
-        out = run_benchmarks(["finmcp"], policy, limit=None, k=1, seed=0, tts_n=n, tts_mode=mode,
+        out = run_benchmarks(["finmcp"], policy, limit=None, k=1, seed=0, tts=TTSConfig(n=n, mode=mode),
                              paths={"finmcp": str(fin_path)})
         res = out["results"]["finmcp"]
         assert 0.0 <= res.overall <= 1.0 and len(res.records) == 1

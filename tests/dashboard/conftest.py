@@ -161,9 +161,9 @@ def _write_mlflow(root: Path) -> tuple[str, dict[str, str]]:
     records = [{"group": g, "levels": {"rollout.mode": mode}, "seed": i, "metrics": {"reward": v}}
                for g, (mode, values) in SWEEP_SEEDS.items() for i, v in enumerate(values)]
     summarize(records, ["rollout.mode"], ["reward"]).to_csv(tables / "sweep" / "results.csv", index=False)
-    records = [{"group": f"n{n}-{m}", "levels": {"tts_n": n, "tts_mode": m}, "seed": 0, "metrics": {"reward": v}}
+    records = [{"group": f"n{n}-{m}", "levels": {"tts.n": n, "tts.mode": m}, "seed": 0, "metrics": {"reward": v}}
                for (n, m), v in TTS_CELLS.items()]
-    summarize(records, ["tts_n", "tts_mode"], ["reward"]).to_csv(tables / "tts" / "results.csv", index=False)
+    summarize(records, ["tts.n", "tts.mode"], ["reward"]).to_csv(tables / "tts" / "results.csv", index=False)
     histories = [(g, {"shadow/exact_match": {step: vals[i] for step, vals in by_step.items()}})
                  for g, by_step in CURVE_SEEDS.items() for i in range(len(by_step[0]))]
     curves_table(histories).to_csv(tables / "sweep" / "curves.csv", index=False)

@@ -95,13 +95,13 @@ def test_tts_frame():
 
 
 def test_tts_frame_of_the_flow_long_table_never_takes_the_seed_count_for_n():
-    df = pd.DataFrame({"tts_n": [0, 2, 2], "tts_mode": ["parallel", "parallel", "sequential"], "group": list("abc"),
+    df = pd.DataFrame({"tts.n": [0, 2, 2], "tts.mode": ["parallel", "parallel", "sequential"], "group": list("abc"),
                        "metric": ["reward"] * 3, "n": [3, 3, 3], "mean": [0.4, 0.5, 0.6], "ci95": [0.1, None, 0.2]})
     t = tts_frame(df)
     assert t[["N", "mode", "score", "metric"]].values.tolist() == [
         [0, "parallel", 0.4, "reward"], [2, "parallel", 0.5, "reward"], [2, "sequential", 0.6, "reward"]]
     with pytest.raises(ValueError, match=r"\['N'\]"):  # `n` beside `mean` is a seed count
-        tts_frame(df.drop(columns=["tts_n"]))
+        tts_frame(df.drop(columns=["tts.n"]))
     lines = tts_lines(t)
     assert list(lines) == ["parallel", "sequential"]
     assert [p[:2] for p in lines["parallel"]] == [(0, 0.4), (2, 0.5)]
@@ -138,8 +138,8 @@ def test_benchmark_tables():
 
 
 def test_tts_lines_of_a_base_vs_trained_sweep_start_from_each_models_plain_run():
-    df = pd.DataFrame({"model": ["runs/sft/model"] * 3 + ["runs/rl/final"] * 3, "tts_n": [0, 1, 1] * 2,
-                       "tts_mode": ["parallel", "parallel", "sequential"] * 2, "metric": ["s"] * 6,
+    df = pd.DataFrame({"model": ["runs/sft/model"] * 3 + ["runs/rl/final"] * 3, "tts.n": [0, 1, 1] * 2,
+                       "tts.mode": ["parallel", "parallel", "sequential"] * 2, "metric": ["s"] * 6,
                        "mean": [0.1, 0.2, 0.3, 0.5, 0.6, 0.7], "ci95": [0.0] * 6})
     lines = tts_lines(tts_frame(df))
     assert {m: [p[:2] for p in ps] for m, ps in lines.items()} == {

@@ -27,8 +27,9 @@ def test_tts_eval_stores_commits_with_their_private_rehearsals(world_model_dir, 
     store = tmp_path / "store.db"
     cfg = EvalConfig.model_validate({
         "model": str(world_model_dir), "n_tasks": 2, "k": 2, "seeds": [3], "fidelity": False, "device": "cpu",
-        "threads": 1, "out_dir": str(tmp_path / "eval"), "tts_n": 2, "tts_mode": "sequential",
-        "tts": {"assess_max_tokens": 6, "memory_max_tokens": 8, "transcript_max_chars": 200},
+        "threads": 1, "out_dir": str(tmp_path / "eval"),
+        "tts": {"n": 2, "mode": "sequential", "assess_max_tokens": 6, "memory_max_tokens": 8,
+                "transcript_max_chars": 200},
         "rollout": {"max_assistant_turns": 2, "act": {"max_new_tokens": 10}, "rehearse": {"max_new_tokens": 10}},
         "tracking": {"enabled": True, "mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "store_url": str(store)}})
     res = run_eval(cfg)

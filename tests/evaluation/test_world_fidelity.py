@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from envace.evaluation.world import evaluate_world, fidelity
+from envace.tts.config import TTSConfig
 from envace.types import Message, Mode, Observation, Role, Task, ToolCall, Trajectory, Turn
 
 TASK = Task("t", [], [
@@ -44,4 +45,4 @@ def test_fidelity_overall_and_on_determined_calls():
 
 def test_per_role_engines_cannot_run_test_time_rehearsal():
     with pytest.raises(ValueError, match="one shared engine"):
-        evaluate_world({Role.ACT: object(), Role.REHEARSE: object()}, [TASK], None, tts_n=2)
+        evaluate_world({Role.ACT: object(), Role.REHEARSE: object()}, [TASK], None, tts=TTSConfig(n=2))

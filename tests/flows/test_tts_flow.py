@@ -22,7 +22,7 @@ def test_tts_sweep_cells_runs_and_table(prefect_harness, tiny_model, toy_eval, t
     summary = tts_sweep(model=str(tiny_model), out_dir=str(tmp_path / "tts"), n_values=[0, 1],
                         modes=["parallel", "sequential"], seeds=[0, 1],
                         eval_overrides=[*toy_eval, "rollout.act.temperature=0.7"], mlflow_uri=uri)
-    groups = ["tts_n=0,tts_mode=parallel", "tts_n=1,tts_mode=parallel", "tts_n=1,tts_mode=sequential"]
+    groups = ["tts.n=0,tts.mode=parallel", "tts.n=1,tts.mode=parallel", "tts.n=1,tts.mode=sequential"]
     assert summary["failed"] == {}
     assert sorted(summary["cells"]) == sorted(f"{g},seed={s}" for g in groups for s in (0, 1))
     kids = child_runs(uri, summary["parent_run_id"])
@@ -30,14 +30,14 @@ def test_tts_sweep_cells_runs_and_table(prefect_harness, tiny_model, toy_eval, t
     client = MlflowClient(tracking_uri=uri)
     assert "tts/results.csv" in {a.path for a in client.list_artifacts(summary["parent_run_id"], "tts")}
 
-    # recompute every mean from the child runs' own metrics (the cell's run params carry tts_n / tts_mode)
+    # recompute every mean from the child runs' own metrics (the cell's run params carry tts.n / tts.mode)
     table = pd.read_csv(summary["results_csv"])
     for group in groups:
         values = []
         for run_id in kids:
             run = client.get_run(run_id)
             if run.data.tags["envace.group"] == group:
-                assert run.data.params["tts_n"] == group.split(",")[0].split("=")[1]
+                assert run.data.params["tts.n"] == group.split(",")[0].split("=")[1]
                 values.append(run.data.metrics["eval/world/success"])
         assert len(values) == 2
         row = table[(table.group == group) & (table.metric == "eval/world/success")].iloc[0]

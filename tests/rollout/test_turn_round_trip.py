@@ -3,7 +3,7 @@
 Act-call link and the same advantage as the rollout's `Turn` in memory, and the dashboard's timeline puts
 it in the row of the call that link names.
 
-The rollout is scripted (tests/rollout/conftest.py's engine test double) so the expected values can be
+The rollout is scripted (tests/episode_kit.py's engine test double) so the expected values can be
 worked out by hand: one Act output with two calls, rehearsed as one faithful-shaped result and one output
 with prose before its block (the strict parse rejects it); a real ShopEnv answers the same calls as the
 shadow environment (apple: its stock; plum: not stocked, a TOOL_ERROR)."""

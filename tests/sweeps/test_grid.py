@@ -34,8 +34,8 @@ def test_product_of_axes_times_seeds_with_overrides_in_order():
 
 
 def test_eval_cells_put_the_seed_in_the_seed_list():
-    cells = expand_cells(make(kind="eval", axes={"tts_n": [2]}, seeds=[7]))
-    assert cells[0].all_overrides() == ["tts_n=2", "seeds=[7]"]
+    cells = expand_cells(make(kind="eval", axes={"tts.n": [2]}, seeds=[7]))
+    assert cells[0].all_overrides() == ["tts.n=2", "seeds=[7]"]
 
 
 def test_no_axes_gives_one_cell_per_seed():
@@ -46,9 +46,18 @@ def test_no_axes_gives_one_cell_per_seed():
 def test_exclude_drops_combinations():
     cfg = tts_sweep_config("m", "/tmp/t", n_values=[0, 1, 2], modes=["parallel", "sequential"], seeds=[0, 1])
     groups = list(dict.fromkeys(c.group for c in expand_cells(cfg)))
-    assert groups == ["tts_n=0,tts_mode=parallel", "tts_n=1,tts_mode=parallel", "tts_n=1,tts_mode=sequential",
-                      "tts_n=2,tts_mode=parallel", "tts_n=2,tts_mode=sequential"]
+    assert groups == ["tts.n=0,tts.mode=parallel", "tts.n=1,tts.mode=parallel", "tts.n=1,tts.mode=sequential",
+                      "tts.n=2,tts.mode=parallel", "tts.n=2,tts.mode=sequential"]
     assert cfg.artifact_dir == "tts" and cfg.kind == "eval"
+
+
+def test_a_memory_axis_runs_the_plain_run_once():
+    cfg = tts_sweep_config("m", "/tmp/t", n_values=[0, 1], modes=["parallel"], memories=["prose", "best_of_n"])
+    groups = list(dict.fromkeys(c.group for c in expand_cells(cfg)))
+    assert groups == ["tts.n=0,tts.mode=parallel,tts.memory=prose", "tts.n=1,tts.mode=parallel,tts.memory=prose",
+                      "tts.n=1,tts.mode=parallel,tts.memory=best_of_n"]
+    cell = next(c for c in expand_cells(cfg) if c.group.endswith("best_of_n"))
+    assert cell.all_overrides()[-3:] == ["tts.mode=parallel", "tts.memory=best_of_n", "seeds=[0]"]
 
 
 @pytest.mark.parametrize("kw, needle", [

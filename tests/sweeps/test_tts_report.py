@@ -17,9 +17,9 @@ CELLS = {("base", 0, "parallel"): [0.2, 0.4], ("base", 1, "parallel"): [0.3, 0.5
 
 
 def table() -> pd.DataFrame:
-    records = [{"group": f"{m}-{n}-{mode}", "levels": {"model": m, "tts_n": n, "tts_mode": mode}, "seed": s,
+    records = [{"group": f"{m}-{n}-{mode}", "levels": {"model": m, "tts.n": n, "tts.mode": mode}, "seed": s,
                 "metrics": {M: v}} for (m, n, mode), vals in CELLS.items() for s, v in enumerate(vals)]
-    return summarize(records, ["model", "tts_n", "tts_mode"], [M])
+    return summarize(records, ["model", "tts.n", "tts.mode"], [M])
 
 
 def test_rows_spread_the_plain_run_over_the_modes():
@@ -54,6 +54,6 @@ def test_a_model_list_is_a_model_axis_and_n0_runs_once_per_model():
     cfg = tts_sweep_config(["runs/sft/model", "runs/rl/final"], "/tmp/t", n_values=[0, 1], seeds=[0, 1, 2])
     cells = expand_cells(cfg)
     groups = list(dict.fromkeys(c.group for c in cells))
-    assert groups == [f"model={m},tts_n={n},tts_mode={mode}" for m in ("runs/sft/model", "runs/rl/final")
+    assert groups == [f"model={m},tts.n={n},tts.mode={mode}" for m in ("runs/sft/model", "runs/rl/final")
                       for n, mode in ((0, "parallel"), (1, "parallel"), (1, "sequential"))]
     assert len(cells) == 6 * 3 and not any(o.startswith("model=") for o in cfg.overrides)

@@ -22,7 +22,8 @@ def test_unknown_name_names_the_field_and_the_valid_names():
         AlgoConfig(advantage="ppo")
     msg = str(e.value)
     assert "algo.advantage='ppo'" in msg
-    assert "valid names: grpo, role_grpo" in msg  # the two estimators registered in envace/algos/advantages.py
+    # the estimators registered in envace/algos/advantages.py and envace/algos/moving_baseline.py
+    assert "valid names: grpo, role_grpo, role_moving_average" in msg
 
 
 def test_a_newly_registered_name_is_valid_without_touching_the_config():

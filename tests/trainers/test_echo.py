@@ -180,3 +180,57 @@ def test_echo_rows_alone_train_the_rehearse_model(tiny_model_dir, role_rows):
     assert res.metrics["optimizer_steps"] == 1.0
     assert res.loss == pytest.approx(nll, abs=1e-5)
     assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), start.parameters()))
+
+
+# ----- the coefficient ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("w", [0.01, 0.05, 0.1])
+def test_the_echo_term_scales_exactly_with_the_configured_coefficient(tiny_model_dir, role_rows, w):
+    """At algo.echo_coef = w the loss is the unchanged GRPO loss plus w x the weight-1 echo term, and so is the
+    gradient (SGD at lr 1 without clipping: each parameter moves by -gradient); the weight-1 term is the slow
+    per-row token-mean NLL."""
+    coef = TrainConfig(model="x", rollout={"mode": "env"}, algo={"echo_coef": w}).algo.echo_coef
+    assert coef == w
+    rows, echo = _grpo_rows(role_rows), _echo(role_rows)
+    start, _ = load_policy(tiny_model_dir)
+    nll = slow_nll(start, echo)
+    g_nll = torch.cat([g.reshape(-1) for g in torch.autograd.grad(nll, list(start.parameters()))])
+    nll = float(nll.detach())
+
+    def flat(model):
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    before = flat(start)
+    grpo, res_0 = _update(tiny_model_dir, rows, None, 0.0, opt="sgd")
+    unit, res_1 = _update(tiny_model_dir, rows, echo, 1.0, opt="sgd")
+    at_w, res_w = _update(tiny_model_dir, rows, echo, coef, opt="sgd")
+    assert res_1.loss - res_0.loss == pytest.approx(nll, abs=1e-5)  # the weight-1 term
+    assert res_w.loss == pytest.approx(res_0.loss + w * (res_1.loss - res_0.loss), abs=1e-6)
+    assert res_w.metrics["echo_nll"] == pytest.approx(nll, abs=1e-5)  # the term itself does not scale
+    step_0, step_1, step_w = flat(grpo) - before, flat(unit) - before, flat(at_w) - before
+    echo_step = step_w - step_0  # what the echo term added to the GRPO step
+    for want in (w * (step_1 - step_0), -w * g_nll):
+        assert float((echo_step - want).norm()) <= 1e-3 * float(want.norm())
+
+
+@pytest.mark.parametrize("bad", [-0.01, 1.5, float("nan"), float("inf")])
+def test_echo_coef_outside_its_range_is_refused_with_the_fix(bad):
+    with pytest.raises(ValueError, match=r"algo.echo_coef=.* is outside \[0, 1\].*set algo.echo_coef between 0 and 1"):
+        TrainConfig(model="x", rollout={"mode": "env"}, algo={"echo_coef": bad})
+
+
+def test_the_knobs_sweep_sets_each_echo_coefficient():
+    from pathlib import Path
+
+    from envace.config import load_config
+    from envace.sweeps.cells import resolve_cell_config
+    from envace.sweeps.grid import SweepConfig, expand_cells
+
+    sweep = Path(__file__).resolve().parents[2] / "configs/sweeps/world_model_knobs.yaml"
+    cells = [c for c in expand_cells(load_config(SweepConfig, sweep)) if c.kind == "train"]
+    resolved = {c.name: resolve_cell_config(c) for c in cells}  # every cell's config validates
+    coefs = {(c.algo.echo_coef, c.algo.advantage, c.rollout.mode) for c in resolved.values()}
+    assert coefs == {(0.0, "grpo", "env"), (0.01, "grpo", "env"), (0.05, "grpo", "env"), (0.1, "grpo", "env"),
+                     (0.0, "role_grpo", "rehearse"), (0.0, "role_moving_average", "rehearse")}
+    assert len({(c.model, c.steps, c.prompts_per_step, c.k, c.optim.lr) for c in resolved.values()}) == 1

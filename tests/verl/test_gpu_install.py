@@ -1,6 +1,7 @@
-"""The cluster's install file (requirements/gpu-cluster.txt) stays envace's dependency list minus the CPU torch
-pin, with verl's GPU extra, and the runbook installs exactly that file (docs/gpu.md). The resolver run that
-proves it resolves is recorded in docs/gpu.md (it downloads GBs of CUDA wheel metadata: not a unit test)."""
+"""The cluster's install file (requirements/gpu-cluster.txt) stays envace's dependency list and its `all` extra
+minus the CPU torch pin, with verl's GPU extra, and the runbook installs exactly that file (docs/gpu.md). The
+resolver run that proves it resolves is recorded in docs/gpu.md (it downloads GBs of CUDA wheel metadata: not a
+unit test)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def _reqs(lines) -> dict[str, Requirement]:
 
 def test_cluster_file_is_pyproject_minus_the_cpu_torch_pin():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    base = _reqs(project["dependencies"])
+    base = _reqs(project["dependencies"] + project["optional-dependencies"]["all"])  # the core and every tier
     cluster = _reqs(CLUSTER.read_text().splitlines())
     assert "torch" in base and "torch" not in cluster  # verl's extra brings its own torch (2.11.0)
     missing = sorted(set(base) - {"torch"} - set(cluster))

@@ -148,6 +148,28 @@ def test_config_errors_name_the_fix(example_cfg):
         LoopSettings.from_verl(bad)
 
 
+@pytest.mark.parametrize(("field", "value", "reason", "fix"), [
+    ("adv_estimator", "role_moving_average", "state carried across steps and checkpoints",
+     "set adv_estimator=envace_role_grpo, or train with envace train --backend embedded"),
+    ("adv_estimator", "envace_role_moving_average", "state carried across steps and checkpoints",
+     "set adv_estimator=envace_role_grpo"),
+    ("loop", {"echo_coef": 0.05}, "the echo arm runs on the embedded backend only", "set envace.echo_coef=0"),
+])
+def test_the_world_model_knobs_are_refused_in_one_line(tmp_path, field, value, reason, fix):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as e:
+        VerlLaunchConfig(model="m", train_files=["x"], **{field: value})
+    (err,) = e.value.errors()
+    assert reason in err["msg"] and fix in err["msg"] and "\n" not in err["msg"]
+    if field == "adv_estimator":  # from a launch YAML, as `envace train --backend verl` reads it
+        path = tmp_path / "launch.yaml"
+        path.write_text(f"model: m\ntrain_files: [x]\nadv_estimator: {value}\n")
+        with pytest.raises(ConfigError, match=f"adv_estimator.*{reason}") as ce:
+            load_config(VerlLaunchConfig, path)
+        assert ce.value.field.endswith("adv_estimator")  # the file, then the field
+
+
 def test_attention_and_log_prob_memory_match_the_install(composed, example_cfg):
     arr = composed.actor_rollout_ref
     # requirements/gpu-cluster.txt installs no flash-attn: torch's sdpa on padded micro-batches

@@ -69,3 +69,31 @@ def test_empty_store_says_how_to_fill_it(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVACE_DASHBOARD_MLFLOW_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     at = _page()
     assert "envace worldbench score" in at.info[0].value
+
+
+def test_behaviour_metrics_from_mlflow(store, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("envace")
+    other = client.create_run(exp, tags={"envace.kind": "train"})  # not a worldbench run: not listed
+    client.log_metric(other.info.run_id, "m/all/behr_delta", 9.0)
+    run = client.create_run(exp, tags={"envace.kind": "worldbench"}, run_name="wb")
+    for key, value in {"model_x/all/behr_delta": 0.25, "model_x/all/behr_delta_lo": 0.1,
+                       "model_x/all/behr_delta_hi": 0.4, "model_x/all/behr_delta_seed_lo": 0.2,
+                       "model_x/all/behr_delta_seed_hi": 0.3, "model_x/all/behr_delta_n": 12,
+                       "act_policy/world/env_nll": 3.5, "model_x/world/wm2real_end_state_agree": 1.0,
+                       "copy_last/all/rubric_format": 0.5, "copy_last/all/exact": 0.2}.items():
+        client.log_metric(run.info.run_id, key, value)
+    monkeypatch.setenv("ENVACE_DASHBOARD_MLFLOW_URI", uri)
+    at = _page()
+    assert at.subheader[0].value == "Behaviour metrics"
+    table = at.dataframe[0].value
+    assert list(zip(table["row"], table["group"], table["metric"])) == [
+        ("act_policy", "world", "env_nll"), ("copy_last", "all", "rubric_format"), ("model_x", "all", "behr_delta"),
+        ("model_x", "world", "wm2real_end_state_agree")]  # not `exact`: the per-transition scores are below
+    first = table[table["metric"] == "behr_delta"].iloc[0]
+    assert (first["value"], first["lo"], first["hi"], first["seed_lo"], first["seed_hi"], first["n"]) == \
+        (0.25, 0.1, 0.4, 0.2, 0.3, 12.0)
+    assert list(at.dataframe[1].value["transition"])[0] == "tau2/d/t/0/gold"  # the store's table still follows

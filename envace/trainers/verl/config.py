@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from envace.config import BaseConfig, ConfigError, EpisodeRules
 from envace.trainers.unscored_guard import UnscoredGuardConfig
@@ -153,7 +153,8 @@ class VerlLaunchConfig(BaseConfig):
     kl_coef: float = Field(1e-4, ge=0, description="KL loss coefficient.")
     kl_type: Literal["low_var_kl", "kl", "mse", "abs"] = Field("low_var_kl", description="KL estimator.")
     adv_estimator: Literal["envace_role_grpo", "grpo"] = Field(
-        "envace_role_grpo", description="envace_role_grpo (role-wise, EnvACE) or verl's plain grpo baseline.")
+        "envace_role_grpo", description="envace_role_grpo (role-wise, EnvACE) or verl's plain grpo baseline; the "
+                                        "embedded trainer's role_moving_average is refused here.")
     norm_std: bool = Field(False, description="Divide advantages by the group std (paper: off).")
     temperature: float = Field(1.0, ge=0, description="verl rollout temperature (reference training: 1.0).")
     allow_temperature_mismatch: bool = Field(
@@ -206,6 +207,18 @@ class VerlLaunchConfig(BaseConfig):
                                                                      "of this machine's environment stays here.")
     loop: LoopSettings = Field(default_factory=LoopSettings, description="The agent loop's envace: section.")
     overrides: list[str] = Field(default_factory=list, description="Extra raw Hydra overrides, appended last.")
+
+    @field_validator("adv_estimator", mode="before")
+    @classmethod
+    def _refuse_moving_average(cls, v: Any) -> Any:
+        if v in ("role_moving_average", "envace_role_moving_average"):
+            raise ConfigError(f"adv_estimator={v}: the per-role moving-average baseline is state carried across "
+                              "steps and checkpoints, which envace's verl trainer does not keep (it runs on the "
+                              "embedded backend only); set adv_estimator=envace_role_grpo, or train with "
+                              "envace train --backend embedded algo.advantage=role_moving_average",
+                              field="adv_estimator", what=f"{v} on verl",
+                              fix="adv_estimator=envace_role_grpo or --backend embedded")
+        return v
 
     def token_cap(self) -> int:
         """Tokens per micro-batch per GPU for log-probs and the update (max_tokens_per_gpu, else max_model_len)."""

@@ -22,7 +22,6 @@ optimizer step per training step (or `ppo_mini_batches` x `ppo_epochs`) comes fr
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import shlex
@@ -225,21 +224,23 @@ def verl_command(cfg: VerlLaunchConfig, environ: dict[str, str] | None = None) -
 
 def verl_config_dir() -> Path:
     """verl's Hydra config directory, found without importing verl (its import is slow)."""
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        from envace.trainers.verl.deps import INSTALL_VERL
+    from envace.extras import MissingExtra, spec
+    from envace.trainers.verl.deps import CLUSTER, INSTALL_VERL
 
-        raise ConfigError(f"verl is not installed; {INSTALL_VERL}")
-    return Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
+    found = spec("verl")
+    if found is None or not found.submodule_search_locations:
+        raise MissingExtra("verl is not installed", "composing verl's config", INSTALL_VERL, CLUSTER)
+    return Path(list(found.submodule_search_locations)[0]) / "trainer" / "config"
 
 
 def compose_verl_config(overrides: list[str]) -> Any:
     """verl's `ppo_trainer` config composed with `overrides` (Hydra's compose API; CPU only)."""
+    config_dir = verl_config_dir()  # first: no verl (and its hydra) is the cluster extra's one-line error
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
         return compose(config_name="ppo_trainer", overrides=list(overrides))
 
 

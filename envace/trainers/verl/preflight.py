@@ -98,8 +98,9 @@ def gpu_problem(node_gpus: Sequence[float], *, nnodes: int, per_node: int, pools
 
 def ray_node_gpus(address: str) -> list[float]:
     """GPUs of each live node of the Ray cluster at `address` (connects as a driver, then disconnects)."""
-    import ray
+    from envace.trainers.verl.deps import require
 
+    ray = require("ray")
     if ray.is_initialized():
         return [float(n.get("Resources", {}).get("GPU", 0.0)) for n in ray.nodes() if n.get("Alive")]
     try:

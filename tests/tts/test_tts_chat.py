@@ -1,4 +1,4 @@
-"""Test-time rehearsal, chat level (envace.rollout.tts_chat): the private phase over a BenchPolicy runs on
+"""Test-time rehearsal, chat level (envace.tts.chat): the private phase over a BenchPolicy runs on
 the one rollout state machine (TerminationReason endings, call-count and context limits), the
 `TTSPolicy` wrapper used by the benchmarks, and a committed chat episode against a real Environment.
 
@@ -15,9 +15,9 @@ from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.reply import AssistantReply
 from envace.roles.prompts import SEC_CURRENT
 from envace.rollout.chat_engine import openai_messages
-from envace.rollout.tts import TTSConfig
-from envace.rollout.tts_chat import TTSPolicy, chat_rollout_config, rehearse_chat, tts_chat_episode
-from envace.rollout.tts_prompts import ASSESS_MARK, EARLIER_HEADER, MEMORY_HEADER, MEMORY_MARK
+from envace.tts.chat import TTSPolicy, chat_rollout_config, rehearse_chat, tts_chat_episode
+from envace.tts.config import TTSConfig
+from envace.tts.prompts import ASSESS_MARK, EARLIER_HEADER, MEMORY_HEADER, MEMORY_MARK
 from envace.types import ErrorCode, Role, TerminationReason, ToolCall
 
 
@@ -50,6 +50,7 @@ class ScriptedChat:
                               finish_reason="tool_calls")
 
 
+ONE = TTSConfig(n=1)
 MESSAGES = [{"role": "system", "content": "You manage a shop."}, {"role": "user", "content": "How many apples?"}]
 
 
@@ -59,7 +60,7 @@ def test_private_function_takes_no_environment():
 
 def test_parallel_n2_two_episodes_on_the_state_machine(kit):
     pol = ScriptedChat()
-    reh = rehearse_chat(pol, MESSAGES, kit.TOOLS, n=2, mode="parallel", seed=1, options=TTSConfig(memory_max_tokens=10))
+    reh = rehearse_chat(pol, MESSAGES, kit.TOOLS, TTSConfig(n=2, memory_max_tokens=10), seed=1)
     (phase,) = reh.phases
     assert len(phase.rehearsals) == 2
     assert [t.termination for t in phase.rehearsals] == [TerminationReason.FINAL_REPLY] * 2
@@ -83,7 +84,7 @@ def test_parallel_n2_two_episodes_on_the_state_machine(kit):
 
 def test_sequential_n2_second_sees_first_and_its_reflection(kit):
     pol = ScriptedChat()
-    rehearse_chat(pol, MESSAGES, kit.TOOLS, n=2, mode="sequential", seed=1)
+    rehearse_chat(pol, MESSAGES, kit.TOOLS, TTSConfig(n=2, mode="sequential"), seed=1)
     firsts = [e for e in pol.log if e["kind"] == "act" and e["messages"][-1]["role"] == "user"]
     assert len(firsts) == 2 and EARLIER_HEADER not in firsts[0]["messages"][0]["content"]
     second = firsts[1]["messages"][0]["content"]
@@ -94,14 +95,14 @@ def test_sequential_n2_second_sees_first_and_its_reflection(kit):
 def test_limits_and_terminations_are_the_machines(kit):
     pol = ScriptedChat(calls_forever=True)
     cfg = chat_rollout_config(pol, max_steps=8).model_copy(update={"max_calls_per_turn": 3})
-    (phase,) = rehearse_chat(pol, MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0, cfg=cfg).phases
+    (phase,) = rehearse_chat(pol, MESSAGES, kit.TOOLS, ONE, seed=0, cfg=cfg).phases
     assert phase.rehearsals[0].termination is TerminationReason.MAX_CALLS
     assert len(phase.rehearsals[0].turns_of(Role.REHEARSE)) == 3
     tight = cfg.model_copy(update={"max_context_tokens": 300})
-    (phase,) = rehearse_chat(pol, MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0, cfg=tight).phases
+    (phase,) = rehearse_chat(pol, MESSAGES, kit.TOOLS, ONE, seed=0, cfg=tight).phases
     assert phase.rehearsals[0].termination is TerminationReason.CONTEXT_LIMIT
     bad = ScriptedChat(rehearsed="the stock is probably 3")
-    (phase,) = rehearse_chat(bad, MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0).phases
+    (phase,) = rehearse_chat(bad, MESSAGES, kit.TOOLS, ONE, seed=0).phases
     ep = phase.rehearsals[0]
     assert ep.termination is TerminationReason.REHEARSE_ERROR
     assert "NO_EXECUTION_RESULT_TAG_FOUND" in ep.messages[-1].content
@@ -115,17 +116,17 @@ def test_a_reply_the_policy_marked_malformed_is_an_invalid_call(kit):
             return AssistantReply(content="<tool_call>{oops", parse_error=ErrorCode.JSON_DECODE, detail="bad")
 
     end = chat_rollout_config(Broken(), max_steps=8).model_copy(update={"invalid_call": "end"})
-    (phase,) = rehearse_chat(Broken(), MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0, cfg=end).phases
+    (phase,) = rehearse_chat(Broken(), MESSAGES, kit.TOOLS, ONE, seed=0, cfg=end).phases
     assert phase.rehearsals[0].termination is TerminationReason.INVALID_TOOL_CALL
     # the default (observe): the parser's error is shown and the policy keeps trying, as with a real world
-    (phase,) = rehearse_chat(Broken(), MESSAGES, kit.TOOLS, n=1, mode="parallel", seed=0).phases
+    (phase,) = rehearse_chat(Broken(), MESSAGES, kit.TOOLS, ONE, seed=0).phases
     ep = phase.rehearsals[0]
     assert ep.termination is TerminationReason.MAX_TURNS and len(ep.turns_of(Role.ACT)) > 1
 
 
 def test_tts_policy_rehearses_per_episode_and_commits_with_memory(kit):
     pol = ScriptedChat()
-    wrapped = TTSPolicy(pol, 2, "parallel", seed=3)
+    wrapped = TTSPolicy(pol, TTSConfig(n=2), seed=3)
     ctx = {"benchmark": "x", "entry_id": "e1", "sample": 0}
     r1 = wrapped.reply(MESSAGES, kit.TOOLS, seed=9, context=ctx)
     n_private = len(pol.log) - 1
@@ -145,7 +146,7 @@ def test_tts_policy_rehearses_per_episode_and_commits_with_memory(kit):
 
 def test_tts_policy_every_turn_rehearses_again_with_memory_carried(kit):
     pol = ScriptedChat()
-    wrapped = TTSPolicy(pol, 1, "parallel", seed=3, options=TTSConfig(rehearse_at="every"))
+    wrapped = TTSPolicy(pol, TTSConfig(n=1, rehearse_at="every"), seed=3)
     ctx = {"benchmark": "x", "entry_id": "e1", "sample": 0}
     r1 = wrapped.reply(MESSAGES, kit.TOOLS, context=ctx)
     history = MESSAGES + [r1.to_message(), {"role": "tool", "tool_call_id": "c1", "content": "{}"},
@@ -162,14 +163,14 @@ def test_tts_policy_every_turn_rehearses_again_with_memory_carried(kit):
 
 
 def json_key(ctx):
-    from envace.rollout.tts_chat import episode_key
+    from envace.tts.chat import episode_key
 
     return episode_key([], ctx)
 
 
 def test_n0_wrapper_is_the_plain_policy(kit):
     pol = ScriptedChat()
-    TTSPolicy(pol, 0, "sequential").reply(MESSAGES, kit.TOOLS, seed=4)
+    TTSPolicy(pol, TTSConfig(n=0, mode="sequential")).reply(MESSAGES, kit.TOOLS, seed=4)
     assert len(pol.log) == 1 and pol.log[0]["messages"] == MESSAGES
 
 
@@ -184,7 +185,7 @@ def test_committed_chat_episode_after_the_private_phase(kit):
         return made[-1][1]
 
     task = kit.make_task("t", ["How many apples?"], {"apple": 5, "pear": 1})
-    (traj,) = tts_chat_episode(pol, task, factory, n=2, mode="sequential", seed=0)
+    (traj,) = tts_chat_episode(pol, task, factory, TTSConfig(n=2, mode="sequential"), seed=0)
     # every generation before the environment existed was private (explore temperature), none after it
     assert len(made) == 1 and [e["temperature"] for e in pol.log[:made[0][0]]] == [1.0] * made[0][0]
     assert {(e["kind"], e["temperature"]) for e in pol.log[made[0][0]:]} == {("act", 0.0)}

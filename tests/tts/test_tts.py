@@ -1,4 +1,4 @@
-"""Test-time rehearsal, token level (envace.rollout.tts): N counts private rehearsals, parallel vs
+"""Test-time rehearsal, token level (envace.tts.rollout): N counts private rehearsals, parallel vs
 sequential, isolation (no environment, no gold data, no unsaid user turns), k attempts with distinct
 seeds, rehearsal at every user message with the memory carried forward.
 
@@ -15,20 +15,25 @@ import json
 
 import pytest
 
-import envace.rollout.tts as tts
+import envace.tts.rollout as tts
 from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.base import GenRequest, GenResult
 from envace.roles.act import act_prompt_ids
 from envace.roles.prompts import SEC_CURRENT
 from envace.rollout import run_rollout
-from envace.rollout.tts import TTSConfig, rehearse_privately, tts_rollout
-from envace.rollout.tts_prompts import ASSESS_MARK, EARLIER_HEADER, MEMORY_HEADER, MEMORY_MARK, memory_note
+from envace.tts import MAX_N, TTSConfig, memory_names, rehearse_privately, tts_rollout
+from envace.tts.prompts import ASSESS_MARK, EARLIER_HEADER, MEMORY_HEADER, MEMORY_MARK, memory_note
 from envace.types import ChecklistItem, Message, Mode, Role, Task, ToolCall
 
 CFG = RolloutConfig(act=SamplingConfig(temperature=1.0, max_new_tokens=60),
                     rehearse=SamplingConfig(temperature=1.0, max_new_tokens=60),
                     max_assistant_turns=4, max_context_tokens=4096)
 OPTS = TTSConfig(assess_max_tokens=30, memory_max_tokens=40, transcript_max_chars=2000)
+
+
+def with_n(n: int, mode: str = "parallel", base: TTSConfig = OPTS, **knobs) -> TTSConfig:
+    """`base` with N, the mode and any other knobs set (validated, as a config file would be)."""
+    return TTSConfig.model_validate({**base.model_dump(), "n": n, "mode": mode, **knobs})
 
 
 class RecordingEngine:
@@ -111,7 +116,7 @@ def test_private_phase_signature_has_no_environment():
 
 def test_n0_is_the_plain_run(tiny_engine, tasks, kit):
     engine = RecordingEngine(tiny_engine)
-    got = tts_rollout(tasks, engine, CFG, 0, "parallel", kit.ShopEnv, seed=11, k=2, options=OPTS)
+    got = tts_rollout(tasks, engine, CFG, with_n(0), kit.ShopEnv, seed=11, k=2)
     plain = run_rollout(tasks, k=2, policy=tiny_engine, mode=Mode.ENV, env_factory=kit.ShopEnv, seed=11, cfg=CFG)
     assert [(t.termination, [(u.role, u.response_ids) for u in t.turns]) for t in got] == \
         [(t.termination, [(u.role, u.response_ids) for u in t.turns]) for t in plain]
@@ -122,7 +127,7 @@ def test_n0_is_the_plain_run(tiny_engine, tasks, kit):
 def test_parallel_n2_makes_two_independent_rehearsals(tasks, tokenizer, kit, mark_private):
     engine = scripted(kit, tokenizer)
     mark_private(engine)
-    commits = tts_rollout(tasks, engine, CFG, 2, "parallel", kit.ShopEnv, seed=5, options=OPTS)
+    commits = tts_rollout(tasks, engine, CFG, with_n(2), kit.ShopEnv, seed=5)
     for task, traj in zip(tasks, commits):
         private = traj.tts["private"]
         assert len(private) == 2 and [t.tts["index"] for t in private] == [0, 1]
@@ -142,7 +147,7 @@ def test_parallel_n2_makes_two_independent_rehearsals(tasks, tokenizer, kit, mar
 def test_sequential_n2_second_sees_first_and_its_reflection(tasks, tokenizer, kit, mark_private):
     engine = scripted(kit, tokenizer)
     mark_private(engine)
-    commits = tts_rollout(tasks, engine, CFG, 2, "sequential", kit.ShopEnv, seed=2, options=OPTS)
+    commits = tts_rollout(tasks, engine, CFG, with_n(2, "sequential"), kit.ShopEnv, seed=2)
     for task, traj in zip(tasks, commits):
         first, second = traj.tts["private"]
         assert EARLIER_HEADER not in first.messages[0].content
@@ -174,14 +179,15 @@ def _canary_task(kit) -> Task:
                 initial_state={"apple": 5, "pear": 7, CANARY_GOLD: 1}, meta={"gold": CANARY_GOLD})
 
 
+@pytest.mark.parametrize("memory", memory_names())
 @pytest.mark.parametrize("rehearse_at", ["first", "every"])
 @pytest.mark.parametrize("mode", ["parallel", "sequential"])
-def test_canary_never_reaches_a_private_prompt(tokenizer, kit, mark_private, rehearse_at, mode):
+def test_canary_never_reaches_a_private_prompt(tokenizer, kit, mark_private, rehearse_at, mode, memory):
     engine = scripted(kit, tokenizer)
     mark_private(engine)
-    opts = OPTS.model_copy(update={"rehearse_at": rehearse_at})
     cfg = CFG.model_copy(update={"few_shot": True})  # the private phase must switch it off by itself
-    commits = tts_rollout([_canary_task(kit)], engine, cfg, 2, mode, kit.ShopEnv, seed=0, options=opts)
+    tts = with_n(2, mode, rehearse_at=rehearse_at, memory=memory)
+    commits = tts_rollout([_canary_task(kit)], engine, cfg, tts, kit.ShopEnv, seed=0)
     private_prompts = engine.prompts(private=True)
     assert private_prompts and all(CANARY_GOLD not in p for p in private_prompts)
     phases = commits[0].tts["phases"]
@@ -208,6 +214,7 @@ class RaisingEnv:
 
     def __init__(self, kit):
         self.inner = kit.ShopEnv()
+        self.made_private = RaisingEnv.private
 
     def reset(self, task):
         self._check("reset")
@@ -226,7 +233,10 @@ class RaisingEnv:
             raise AssertionError(f"real environment {what} during the private phase")
 
 
-def test_zero_real_executions_during_the_private_phase(tasks, tokenizer, kit, mark_private):
+@pytest.mark.parametrize("memory", memory_names())
+def test_zero_real_executions_during_the_private_phase(tasks, tokenizer, kit, mark_private, memory):
+    """For every memory strategy: the private phase never creates or touches a real environment; the
+    committed run executes every real call (best_of_n's replayed first call included)."""
     engine = scripted(kit, tokenizer)
     RaisingEnv.violations = []
     mark_private(engine, RaisingEnv)
@@ -236,9 +246,9 @@ def test_zero_real_executions_during_the_private_phase(tasks, tokenizer, kit, ma
         made.append(RaisingEnv(kit))
         return made[-1]
 
-    opts = OPTS.model_copy(update={"rehearse_at": "every"})
-    commits = tts_rollout(tasks, engine, CFG, 2, "sequential", factory, seed=3, k=2, options=opts)
-    assert RaisingEnv.violations == []
+    commits = tts_rollout(tasks, engine, CFG, with_n(2, "sequential", rehearse_at="every", memory=memory), factory,
+                          seed=3, k=2)
+    assert RaisingEnv.violations == [] and all(not env.made_private for env in made)
     private = [t for c in commits for t in c.tts["private"]]
     # two-turn task: 2 phases x 2 rehearsals, one-turn task: 1 x 2; per attempt (k = 2)
     assert len(private) == (4 + 2) * 2
@@ -251,7 +261,7 @@ def test_zero_real_executions_during_the_private_phase(tasks, tokenizer, kit, ma
 def test_k_attempts_get_k_distinct_seeds(tasks, tokenizer, kit, mark_private):
     engine = scripted(kit, tokenizer)
     mark_private(engine)
-    commits = tts_rollout(tasks, engine, CFG, 1, "parallel", kit.ShopEnv, seed=9, k=3, options=OPTS)
+    commits = tts_rollout(tasks, engine, CFG, with_n(1), kit.ShopEnv, seed=9, k=3)
     assert [(c.task.uuid, c.sample_index) for c in commits] == [(t.uuid, a) for t in tasks for a in range(3)]
     for p in range(len(tasks)):
         mine = commits[3 * p: 3 * p + 3]
@@ -270,8 +280,7 @@ def test_every_turn_carries_the_memory_forward(tasks, tokenizer, kit, mark_priva
     memories: list[str] = []
     engine = scripted(kit, tokenizer, memories)
     mark_private(engine)
-    opts = OPTS.model_copy(update={"rehearse_at": "every"})
-    commits = tts_rollout(tasks[:1], engine, CFG, 1, "parallel", kit.ShopEnv, seed=1, options=opts)
+    commits = tts_rollout(tasks[:1], engine, CFG, with_n(1, rehearse_at="every"), kit.ShopEnv, seed=1)
     traj = commits[0]
     assert [ph["memory"] for ph in traj.tts["phases"]] == ["memo-0", "memo-1"]
     memory_prompts = [t for t in engine.prompts(True) if MEMORY_MARK in t]
@@ -291,20 +300,22 @@ def test_private_phase_on_the_real_tiny_model(tiny_engine, tasks, kit):
     cfg = CFG.model_copy(update={"act": CFG.act.model_copy(update={"max_new_tokens": 10}),
                                  "rehearse": CFG.rehearse.model_copy(update={"max_new_tokens": 10}),
                                  "max_assistant_turns": 2})
-    commits = tts_rollout(tasks, engine, cfg, 2, "parallel", kit.ShopEnv, seed=5,
-                          options=TTSConfig(assess_max_tokens=8, memory_max_tokens=12, transcript_max_chars=300))
+    commits = tts_rollout(tasks, engine, cfg, TTSConfig(n=2, assess_max_tokens=8, memory_max_tokens=12,
+                                                        transcript_max_chars=300), kit.ShopEnv, seed=5)
     for traj in commits:
         assert len(traj.tts["private"]) == 2 and all(t.termination is not None for t in traj.tts["private"])
         assert 0 < traj.tts["phases"][0]["memory_tokens"] <= 12
 
 
-def test_bad_arguments_are_rejected(tasks, kit, tokenizer):
-    engine = scripted(kit, tokenizer)
-    for n in (-1, tts.MAX_N + 1, True):
-        with pytest.raises(ValueError, match="N counts private rehearsals"):
-            tts_rollout(tasks, engine, CFG, n, "parallel", kit.ShopEnv, seed=0)
-    with pytest.raises(ValueError, match="not one of"):
-        tts_rollout(tasks, engine, CFG, 2, "beam", kit.ShopEnv, seed=0)
+def test_bad_settings_are_rejected_once_by_the_config():
+    for n in (-1, MAX_N + 1, True, "2"):
+        with pytest.raises(ValueError, match=f"N counts private rehearsals.*use 0..{MAX_N}"):
+            TTSConfig(n=n)
+    with pytest.raises(ValueError, match="'parallel' or 'sequential'"):
+        TTSConfig(n=2, mode="beam")
+    with pytest.raises(ValueError, match="unknown TTS memory strategy 'notes'; known: best_of_n, calls, calls_results, "
+                                         "prose"):
+        TTSConfig(memory="notes")
 
 
 @pytest.mark.parametrize("n, mode", [(1, "parallel"), (2, "sequential")])
@@ -313,10 +324,10 @@ def test_committed_runs_share_the_plain_runs_seeds(tasks, tokenizer, kit, mark_p
     sample a of the N = 0 run (same task, same position), so N vs 0 differs only by the rehearsal memory."""
     plain = scripted(kit, tokenizer)
     mark_private(plain)
-    tts_rollout(tasks, plain, CFG, 0, mode, kit.ShopEnv, seed=9, k=3, options=OPTS)
+    tts_rollout(tasks, plain, CFG, with_n(0, mode), kit.ShopEnv, seed=9, k=3)
     engine = scripted(kit, tokenizer)
     mark_private(engine)
-    tts_rollout(tasks, engine, CFG, n, mode, kit.ShopEnv, seed=9, k=3, options=OPTS)
+    tts_rollout(tasks, engine, CFG, with_n(n, mode), kit.ShopEnv, seed=9, k=3)
     plain_seeds = sorted(r.seed for _, r in first_act_requests(plain, False))
     commit_seeds = sorted(r.seed for _, r in first_act_requests(engine, False))
     assert len(commit_seeds) == 3 * len(tasks) and commit_seeds == plain_seeds

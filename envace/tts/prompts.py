@@ -1,6 +1,7 @@
 """Prompts of test-time rehearsal (TTS): the self-assessment after each private rehearsal, the reflection
 note a sequential rehearsal sees, the rehearsal-memory summary, and where the memory goes in the
-committed run. Shared by the token-level (tts.py) and chat-level (tts_chat.py) front-ends.
+committed run. Shared by the token-level (envace.tts.rollout) and chat-level (envace.tts.chat) front-ends;
+the memory prompt is the `prose` memory strategy's (envace.tts.strategies).
 
 The paper describes these steps (a self-assessment and a fix per rehearsal, a short memory m_x, one
 committed execution with m_x in context) but its prompts are not public; the wording here is ours.

@@ -1,6 +1,6 @@
 """Test-time rehearsal (TTS), chat level: the same method over a `BenchPolicy` (benchmarks, any endpoint),
 on the same state machine as the token level: the policy is put behind `ChatPolicyEngine`
-(envace.rollout.chat_engine) and the private phase is `tts_private.rehearse_privately`, so episodes,
+(envace.rollout.chat_engine) and the private phase is `envace.tts.private.rehearse_privately`, so episodes,
 limits (turns, calls per user turn, context) and `TerminationReason`s are those of `run_rollout`.
 
 - `rehearse_chat(policy, messages, tools, ...)`: the private phase for the conversation so far (ending
@@ -11,6 +11,8 @@ limits (turns, calls per user turn, context) and `TerminationReason`s are those 
   the context's benchmark / entry / sample) it runs `rehearse_chat`; with `rehearse_at="every"` it
   rehearses again at each new user message (the earlier memory carried into the new one). Every query is
   answered with the latest m_x appended to the system prompt; the benchmark runs its own committed loop.
+  Under `best_of_n` the first query after a private phase is answered with the chosen rehearsal's first
+  Act output (its content and calls) instead of a new reply.
   The wrapper is only ever the agent: run_benchmarks gives the user simulator the un-wrapped policy or
   its own engine, so the memory never reaches it.
 - `tts_chat_episode(policy, task, env_factory, ...)`: `tts_rollout` over the chat engine: private phase,
@@ -34,12 +36,15 @@ from typing import Any
 
 from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.reply import AssistantReply, BenchPolicy
+from envace.roles.act import parse_act
 from envace.rollout.chat_engine import ChatPolicyEngine
 from envace.rollout.seeds import derive_seed
-from envace.rollout.tts import tts_rollout
-from envace.rollout.tts_private import PrivatePhase, TTSConfig, check_tts, private_view, rehearse_privately
-from envace.rollout.tts_prompts import memory_note, openai_with_system_note
-from envace.types import Environment, Message, Task, Trajectory
+from envace.tts.config import TTSConfig
+from envace.tts.phase import PrivatePhase, private_view
+from envace.tts.private import rehearse_privately
+from envace.tts.prompts import memory_note, openai_with_system_note
+from envace.tts.rollout import tts_rollout
+from envace.types import Environment, Message, Task, Trajectory, Turn
 
 
 def chat_rollout_config(policy: BenchPolicy, *, max_steps: int = 8, max_context_tokens: int = 32768) -> RolloutConfig:
@@ -72,14 +77,20 @@ def to_messages(msgs: list[dict[str, Any]]) -> list[Message]:
     return out
 
 
+def replay_reply(turn: Turn, tools: list[dict[str, Any]]) -> AssistantReply:
+    """A rehearsal's Act output as the reply the benchmark's committed loop receives (best_of_n)."""
+    parsed = parse_act(turn.text, tools)
+    return AssistantReply(content=parsed.content or "", tool_calls=list(turn.tool_calls))
+
+
 @dataclass
 class ChatRehearsal:
     """The private phases of one benchmark episode (one per rehearsed user message)."""
 
-    n: int
-    mode: str
+    tts: TTSConfig
     phases: list[PrivatePhase] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    replay: AssistantReply | None = None  # best_of_n: the next reply of the committed loop, not yet given
 
     @property
     def memory(self) -> str:
@@ -90,7 +101,8 @@ class ChatRehearsal:
         return self.phases[-1].user_turn if self.phases else -1
 
     def summary(self) -> dict[str, Any]:
-        return {"n": self.n, "mode": self.mode, "memory": self.memory, "notes": list(self.notes),
+        return {"n": self.tts.n, "mode": self.tts.mode.value, "memory_strategy": self.tts.memory,
+                "memory": self.memory, "notes": list(self.notes),
                 "phases": [ph.summary() for ph in self.phases],
                 "episodes": [{"user_turn": ph.user_turn, "termination": t.termination.value if t.termination else None,
                               "seed": s, "assessment": a, "achieved": ok,
@@ -99,25 +111,24 @@ class ChatRehearsal:
                              for t, s, a, ok in zip(ph.rehearsals, ph.seeds, ph.assessments, ph.achieved)]}
 
 
-def rehearse_chat(policy: BenchPolicy, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, n: int,
-                  mode: str, seed: int, options: TTSConfig | None = None, cfg: RolloutConfig | None = None,
-                  context: Mapping[str, Any] | None = None, memory: str = "") -> ChatRehearsal:
+def rehearse_chat(policy: BenchPolicy, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tts: TTSConfig,
+                  *, seed: int, cfg: RolloutConfig | None = None, context: Mapping[str, Any] | None = None,
+                  memory: str = "") -> ChatRehearsal:
     """The private phase for the conversation `messages` (ending with a user message). `memory` is the
     memory of earlier user turns, carried into the new one."""
-    check_tts(n, mode)
-    out = ChatRehearsal(n=n, mode=mode)
+    out = ChatRehearsal(tts=tts)
     said = to_messages(messages)
-    if n == 0:
+    if tts.n == 0:
         return out
     if not said or said[-1].role != "user":
         out.notes.append("no user message to rehearse (the conversation does not end with one); not rehearsed")
         return out
     engine = ChatPolicyEngine(policy, context={**(context or {}), "tts": "private"})
     view = private_view(Task(uuid="chat", tools=list(tools), messages=[]), said)
-    (phase,) = rehearse_privately([view], engine, cfg or chat_rollout_config(policy), n=n, mode=mode, seed=seed,
-                                  options=options, memories=[memory],
-                                  user_turns=[sum(m.role == "user" for m in said) - 1])
+    (phase,) = rehearse_privately([view], engine, cfg or chat_rollout_config(policy), tts, seed=seed,
+                                  memories=[memory], user_turns=[sum(m.role == "user" for m in said) - 1])
     out.phases.append(phase)
+    out.replay = replay_reply(phase.replay, tools) if phase.replay is not None else None
     out.notes += engine.notes
     return out
 
@@ -135,16 +146,13 @@ def episode_key(messages: list[dict[str, Any]], context: Mapping[str, Any] | Non
 class TTSPolicy:
     """`BenchPolicy` that rehearses privately before answering (see module doc)."""
 
-    def __init__(self, policy: BenchPolicy, n: int, mode: str, *, seed: int = 0, options: TTSConfig | None = None,
-                 cfg: RolloutConfig | None = None) -> None:
-        check_tts(n, mode)
-        self.inner, self.n, self.mode, self.seed = policy, n, mode, seed
-        self.options = options or TTSConfig()
+    def __init__(self, policy: BenchPolicy, tts: TTSConfig, *, seed: int = 0, cfg: RolloutConfig | None = None) -> None:
+        self.inner, self.tts, self.seed = policy, tts, seed
         self.cfg = cfg or chat_rollout_config(policy)
         self.commit_policy, self.notes = policy, []
-        if self.options.commit_temperature is not None:
-            self.commit_policy, self.notes = with_setting(policy, temperature=self.options.commit_temperature)
-        self.name = f"{getattr(policy, 'name', type(policy).__name__)} + TTS(N={n}, {mode})"
+        if tts.commit_temperature is not None:
+            self.commit_policy, self.notes = with_setting(policy, temperature=tts.commit_temperature)
+        self.name = f"{getattr(policy, 'name', type(policy).__name__)} + TTS({tts.label()})"
         self.rehearsals: dict[str, ChatRehearsal] = {}
         self._lock = threading.Lock()
 
@@ -154,33 +162,36 @@ class TTSPolicy:
         if reh is None:
             return True
         users = sum(m.get("role") == "user" for m in messages)
-        return self.options.rehearse_at == "every" and users - 1 > reh.user_turn
+        return self.tts.rehearse_at == "every" and users - 1 > reh.user_turn
 
     def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int | None = None,
               context: Mapping[str, Any] | None = None) -> AssistantReply:
-        if self.n > 0:
+        if self.tts.n > 0:
             key = episode_key(messages, context)
             with self._lock:
                 reh = self.rehearsals.get(key)
             if self._due(reh, messages):
                 turn = sum(m.get("role") == "user" for m in messages) - 1
-                new = rehearse_chat(self.inner, messages, tools, n=self.n, mode=self.mode,
-                                    seed=derive_seed(self.seed, key, turn), options=self.options, cfg=self.cfg,
-                                    context=context, memory=reh.memory if reh else "")
+                new = rehearse_chat(self.inner, messages, tools, self.tts, seed=derive_seed(self.seed, key, turn),
+                                    cfg=self.cfg, context=context, memory=reh.memory if reh else "")
                 with self._lock:
-                    reh = self.rehearsals.setdefault(key, ChatRehearsal(n=self.n, mode=self.mode))
+                    reh = self.rehearsals.setdefault(key, ChatRehearsal(tts=self.tts))
                     reh.phases += new.phases
                     reh.notes += [note for note in new.notes if note not in reh.notes]
+                    reh.replay = new.replay
+            if reh is not None and reh.replay is not None:
+                with self._lock:
+                    replay, reh.replay = reh.replay, None
+                if replay is not None:
+                    return replay
             if reh is not None and reh.memory:
                 messages = openai_with_system_note(messages, memory_note(reh.memory))
         return self.commit_policy.reply(messages, tools, seed=seed, context=context)
 
 
-def tts_chat_episode(policy: BenchPolicy, task: Task, env_factory: Callable[[], Environment], *, n: int, mode: str,
-                     seed: int, options: TTSConfig | None = None, cfg: RolloutConfig | None = None,
-                     k: int = 1) -> list[Trajectory]:
+def tts_chat_episode(policy: BenchPolicy, task: Task, env_factory: Callable[[], Environment], tts: TTSConfig, *,
+                     seed: int, cfg: RolloutConfig | None = None, k: int = 1) -> list[Trajectory]:
     """`tts_rollout` over the chat engine: k attempts of N private rehearsals, then one committed episode
     against the real environment (created only after the first private phase returned)."""
     engine = ChatPolicyEngine(policy, context={"tts": "episode"})
-    return tts_rollout([task], engine, cfg or chat_rollout_config(policy), n, mode, env_factory, seed, k=k,
-                       options=options)
+    return tts_rollout([task], engine, cfg or chat_rollout_config(policy), tts, env_factory, seed, k=k)

@@ -2,7 +2,7 @@
 isolation from the committed environment, the placebo notes, the paired rows against N = 0 on a
 hand-worked case, and `envace tts diagnose` end to end on a real random tiny Qwen3 with the tool world.
 
-The isolation and placebo tests use the scripted engine double of conftest.py, so the policy really makes
+The isolation and placebo tests use the scripted engine double (tests/episode_kit.py), so the policy really makes
 state-changing calls (`add_stock`) whose traces can be followed into each environment; the CLI test runs the
 real tiny model behind the real HF engine.
 """
@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import envace.rollout.tts as tts
+import envace.tts.rollout as tts
 from envace.config import RolloutConfig, SamplingConfig
 from envace.evaluation.paired import TaskScores
 from envace.evaluation.tts_diagnosis import Condition, TTSDiagnosisConfig, _scores, diagnose, run_condition
 from envace.evaluation.tts_measures import paired_vs_base, placebo_memories
-from envace.rollout.tts import TTSConfig
-from envace.rollout.tts_prompts import ASSESS_MARK, MEMORY_HEADER, MEMORY_MARK
+from envace.tts.config import TTSConfig
+from envace.tts.prompts import ASSESS_MARK, MEMORY_HEADER, MEMORY_MARK
 from envace.types import Mode, Role, Task, ToolCall, Trajectory
 
 CFG = RolloutConfig(act=SamplingConfig(temperature=1.0, max_new_tokens=60),

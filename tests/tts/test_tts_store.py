@@ -6,14 +6,15 @@ in-memory records the rollout produced."""
 from __future__ import annotations
 
 from envace.config import RolloutConfig, SamplingConfig
-from envace.rollout.tts import TTSConfig, tts_rollout
-from envace.rollout.tts_prompts import ASSESS_MARK, MEMORY_MARK
 from envace.store.models import TrajectoryMode
 from envace.store.query import TrajectoryFilter, get_trajectory, list_trajectories
 from envace.store.session import read_only_session
 from envace.store.tts import put_tts
 from envace.store.tts_query import commit_of, list_tts_commits, tts_commit, tts_rehearsals
 from envace.store.writer import TrajectoryWriter
+from envace.tts.config import TTSConfig
+from envace.tts.prompts import ASSESS_MARK, MEMORY_MARK
+from envace.tts.rollout import tts_rollout
 from envace.types import Role
 
 CFG = RolloutConfig(act=SamplingConfig(max_new_tokens=60), rehearse=SamplingConfig(max_new_tokens=60),
@@ -32,8 +33,8 @@ def _act(prompt: str, position: int) -> str:
 
 def test_committed_executions_with_their_private_rehearsals_round_trip(tmp_path, tokenizer, tasks, kit):
     engine = kit.ScriptedEngine(tokenizer, act=_act, rehearse=kit.stock_result)
-    commits = tts_rollout(tasks, engine, CFG, 2, "sequential", kit.ShopEnv, seed=4, k=2,
-                          options=TTSConfig(rehearse_at="every"))
+    commits = tts_rollout(tasks, engine, CFG, TTSConfig(n=2, mode="sequential", rehearse_at="every"), kit.ShopEnv,
+                          seed=4, k=2)
     store = str(tmp_path / "store.db")
     with TrajectoryWriter(store, "run-tts") as w:
         put_tts(w, commits, step=0, split="test")

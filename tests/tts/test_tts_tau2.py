@@ -13,9 +13,9 @@ import pytest
 
 from envace.engines.reply import AssistantReply
 from envace.roles.prompts import SEC_CURRENT
-from envace.rollout.tts import TTSConfig
-from envace.rollout.tts_chat import TTSPolicy
-from envace.rollout.tts_prompts import ASSESS_MARK, MEMORY_HEADER, MEMORY_MARK
+from envace.tts.chat import TTSPolicy
+from envace.tts.config import TTSConfig
+from envace.tts.prompts import ASSESS_MARK, MEMORY_HEADER, MEMORY_MARK
 
 pytestmark = pytest.mark.slow  # importing τ² (litellm) takes ~10 s
 
@@ -63,8 +63,7 @@ def test_run_benchmarks_default_user_simulator_is_the_unwrapped_policy(t2):
     from envace.benchmarks.run import run_benchmarks
 
     pol = TwoSided()
-    out = run_benchmarks(["tau2"], pol, limit=1, k=1, seed=0, tts_n=1,
-                         tts_options=TTSConfig(rehearse_at="every"))
+    out = run_benchmarks(["tau2"], pol, limit=1, k=1, seed=0, tts=TTSConfig(n=1, rehearse_at="every"))
     res = out["results"]["tau2"]
     assert res.models["user_simulator"] == "two-sided" and "TTS" in res.models["policy"]
     _check(pol, pol)
@@ -75,10 +74,10 @@ def test_given_user_simulator_and_tau2_benchmark_with_a_tts_agent(t2):
     from envace.benchmarks.tau2.benchmark import Tau2Benchmark
 
     pol, user = TwoSided(), TwoSided("separate-user")
-    run_benchmarks(["tau2"], pol, limit=1, k=1, seed=0, tts_n=2, tts_mode="sequential", user_sim=user)
+    run_benchmarks(["tau2"], pol, limit=1, k=1, seed=0, tts=TTSConfig(n=2, mode="sequential"), user_sim=user)
     assert pol.user_queries() == []  # the policy never played the user
     _check(pol, user)
     pol2 = TwoSided()
-    result = Tau2Benchmark(domains=["retail"]).run(TTSPolicy(pol2, 1, "parallel"), limit=1)
+    result = Tau2Benchmark(domains=["retail"]).run(TTSPolicy(pol2, TTSConfig(n=1)), limit=1)
     assert result.models["user_simulator"] == "two-sided"
     _check(pol2, pol2)
