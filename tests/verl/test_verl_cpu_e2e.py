@@ -1,8 +1,9 @@
 """verl's real trainer end to end on CPU: `envace train --backend verl` -> `python -m verl.trainer.main_ppo` on a
-private local Ray head (`ray start --head`, one declared GPU per role pool), envace's V1 trainer, verl's FSDP2 engine over gloo,
-verl's agent-loop workers running envace's loop, 2 steps with validation and a checkpoint each step; then a resume
-to step 3; then `python -m verl.model_merger merge`; then `envace eval` on the merged model. For `policy=shared`
-(one actor, one server set) and `policy=per_role` (an Act and a Rehearse actor, each with its own servers).
+private local Ray head (`ray start --head`, one declared GPU per role pool), envace's V1 trainer, verl's FSDP2
+engine over gloo, verl's agent-loop workers running envace's loop, 2 steps with validation and a checkpoint each
+step; then a resume to step 3; then `python -m verl.model_merger merge`; then `envace eval` on the merged model.
+For `policy=shared` (one actor, one server set) and `policy=per_role` (an Act and a Rehearse actor, each with its
+own servers).
 
 The CPU stand-ins (each registered through verl's own extension points, loaded by `VERL_USE_EXTERNAL_MODULES`):
 - cpu_platform.py: a "cpu" platform in verl's `PlatformRegistry` (`VERL_PLATFORM=cpu`): gloo, no CUDA IPC,
