@@ -120,14 +120,20 @@ def item_prompt(turns: list[TurnView], turn_index: int, item: ChecklistItem) -> 
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
 
-def parse_verdict(text: Any) -> bool:
-    """The `answer` of a verdict. Raises ValueError for anything that is not one."""
+def judge_json(text: Any) -> tuple[Any, str]:
+    """A judge reply's JSON value (a fenced ```json block is accepted) and the text it was read from.
+    Raises ValueError (json.JSONDecodeError is one) for a reply that is not text or not JSON."""
     if not isinstance(text, str):
         raise ValueError(f"judge returned {type(text).__name__}, not text")
     body = text.strip()
     if body.startswith("```"):
         body = body.strip("`").removeprefix("json").strip()
-    obj = json.loads(body)
+    return json.loads(body), body
+
+
+def parse_verdict(text: Any) -> bool:
+    """The `answer` of a verdict. Raises ValueError for anything that is not one."""
+    obj, body = judge_json(text)
     if not isinstance(obj, dict) or not isinstance(obj.get("answer"), bool):
         raise ValueError(f"verdict has no boolean 'answer': {body[:200]!r}")
     return obj["answer"]

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from envace.rewards.llm_judge import judge_json
 from envace.worldbench.intervals import interval_summary
 from envace.worldbench.records import Transition
 from envace.worldbench.score import TransitionScore
@@ -103,12 +104,7 @@ def rubric_messages(t: Transition, prediction: Any, predicted_text: str) -> list
 
 def parse_rubric(text: Any) -> dict[str, int]:
     """{dimension: 1..5}; ValueError for anything else (a fenced JSON block is accepted)."""
-    if not isinstance(text, str):
-        raise ValueError(f"judge returned {type(text).__name__}, not text")
-    body = text.strip()
-    if body.startswith("```"):
-        body = body.strip("`").removeprefix("json").strip()
-    obj = json.loads(body)
+    obj, body = judge_json(text)
     if not isinstance(obj, dict):
         raise ValueError(f"verdict is not a JSON object: {body[:200]!r}")
     out = {}
