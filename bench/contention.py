@@ -82,7 +82,8 @@ class SFTWork:
         from envace.data.tasks import load_tasks
         from envace.models.loading import load_policy
         from envace.trainers.config import SFTConfig
-        from envace.trainers.sft import BatchDrawer, build_samples
+        from envace.trainers.sft import BatchDrawer
+        from envace.trainers.sft_samples import build_samples
 
         self.cfg = SFTConfig(model=str(model_dir), data=DataConfig(n_tasks=300, seed=0))
         self.model, self.tok = load_policy(model_dir, device="cpu")

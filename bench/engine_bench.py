@@ -102,6 +102,87 @@ def make_prompts(tok, corpus: list[str], rows: int, target: int, seed: int = 0) 
     return out
 
 
+def padded_batch(tok, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and attention mask for `model.generate`."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), 1
+    return ids, mask
+
+
+def make_arms(model, tok, prompts: list[list[int]], new: int, arms: list[str], threads: int):
+    """The timed arms, in table order: name -> a callable returning the number of new tokens it produced
+    (every arm produces exactly `new` per prompt), and the fast and HF engines (None where left out)."""
+    from envace.engines.base import GenRequest
+    from envace.engines.fast import FastEngine
+    from envace.engines.hf import HFEngine
+
+    reqs = [GenRequest(p, temperature=1.0, max_new_tokens=new, seed=i) for i, p in enumerate(prompts)]
+    fast = FastEngine(model, tok, device="cpu") if "fast" in arms else None  # thread shards at > 1 thread
+    one_pass = FastEngine(model, tok, device="cpu", shards=1) if "fast" in arms and threads > 1 else None
+    hf = HFEngine(model, tok, device="cpu")
+    for engine in (fast, one_pass, hf):  # same work in every arm: exactly `new` tokens per row
+        if engine is not None:
+            engine.stop_ids = set()
+    ids, mask = padded_batch(tok, prompts)
+
+    def engine_arm(engine):
+        return lambda: sum(len(r.token_ids) for r in engine.generate(reqs))
+
+    @torch.inference_mode()
+    def run_generate() -> int:
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
+                             top_k=0, max_new_tokens=new, min_new_tokens=new, eos_token_id=None,
+                             pad_token_id=tok.pad_token_id)
+        return (out.shape[1] - ids.shape[1]) * out.shape[0]
+
+    out = {"fast engine": engine_arm(fast) if fast is not None else None,
+           "fast, 1 shard": engine_arm(one_pass) if one_pass is not None else None,
+           "HFEngine": engine_arm(hf) if "hf" in arms else None, "model.generate": run_generate}
+    return {k: v for k, v in out.items() if v is not None}, fast, hf
+
+
+class ArmUnavailable(RuntimeError):
+    """An arm that cannot do the benchmark's work here; the message is the table's classified reason."""
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def time_interleaved(arms: dict, repeats: int, probes: dict):
+    """Warm every arm up (untimed), then time them interleaved, the order rotating each repeat, on both
+    clocks. `probes`: name -> f(clock) -> a roof, measured once per repeat and clock. An arm whose warm-up
+    raises ArmUnavailable is left out with its reason. Returns (times[clock][arm] in s, probed[clock][probe],
+    new tokens of the last call, {left-out arm: reason})."""
+    unavailable: dict[str, str] = {}
+    for name, fn in list(arms.items()):
+        try:
+            fn()
+        except ArmUnavailable as exc:
+            unavailable[name] = str(exc)
+    names = [k for k in arms if k not in unavailable]
+    times = {c: {k: [] for k in names} for c in CLOCKS}
+    probed = {c: {k: [] for k in probes} for c in CLOCKS}
+    n_new = 0
+    for rep in range(repeats):
+        for c, clock in CLOCKS.items():
+            for k, probe in probes.items():
+                probed[c][k].append(probe(clock))
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            n_new = arms[name]()
+            times["wall"][name].append(time.perf_counter() - t0)
+            times["cpu"][name].append(time.process_time() - c0)
+    return times, probed, n_new, unavailable
+
+
+def n_params(model) -> int:
+    """Parameters, a tied embedding counted once."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=64)
@@ -115,75 +196,25 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from envace.engines.base import GenRequest
-    from envace.engines.fast import FastEngine
-    from envace.engines.hf import HFEngine
-
     with tempfile.TemporaryDirectory() as tmp:
         model, tok, corpus = build_model(Path(tmp), args.model_dir)
     prompts = make_prompts(tok, corpus, args.rows, args.prompt_tokens)
-    reqs = [GenRequest(p, temperature=1.0, max_new_tokens=args.new, seed=i) for i, p in enumerate(prompts)]
-    fast = FastEngine(model, tok, device="cpu") if "fast" in args.arms else None  # thread shards at > 1 thread
-    one_pass = FastEngine(model, tok, device="cpu", shards=1) if "fast" in args.arms and args.threads > 1 else None
-    hf = HFEngine(model, tok, device="cpu")
-    for engine in (fast, one_pass, hf):  # same work in every arm: exactly --new tokens per row
-        if engine is not None:
-            engine.stop_ids = set()
-
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), 1
-
-    def run_fast() -> int:
-        return sum(len(r.token_ids) for r in fast.generate(reqs))
-
-    def run_one_pass() -> int:
-        return sum(len(r.token_ids) for r in one_pass.generate(reqs))
-
-    def run_hf() -> int:
-        return sum(len(r.token_ids) for r in hf.generate(reqs))
-
-    @torch.inference_mode()
-    def run_generate() -> int:
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
-                             top_k=0, max_new_tokens=args.new, min_new_tokens=args.new, eos_token_id=None,
-                             pad_token_id=tok.pad_token_id)
-        return (out.shape[1] - width) * out.shape[0]
-
-    arms = {"fast engine": run_fast, "fast, 1 shard": run_one_pass, "HFEngine": run_hf, "model.generate": run_generate}
-    arms = {k: v for k, v in arms.items() if {"fast engine": "fast", "HFEngine": "hf"}.get(k, "base") in
-            [*args.arms, "base"] and (k != "fast, 1 shard" or one_pass is not None)}
-    for fn in arms.values():  # warm-up, untimed
-        fn()
-    clocks = {"wall": time.perf_counter, "cpu": time.process_time}
-    times: dict[str, dict[str, list[float]]] = {c: {k: [] for k in arms} for c in clocks}
-    roofs: dict[str, list[float]] = {c: [] for c in clocks}
-    n_new = 0
-    names = list(arms)
-    for rep in range(args.repeats):
-        for c, clock in clocks.items():
-            roofs[c].append(matmul_roof(clock=clock))
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
-            t0, c0 = time.perf_counter(), time.process_time()
-            n_new = arms[name]()
-            times["wall"][name].append(time.perf_counter() - t0)
-            times["cpu"][name].append(time.process_time() - c0)
+    arms, fast, hf = make_arms(model, tok, prompts, args.new, args.arms, args.threads)
+    times, probed, n_new, _ = time_interleaved(arms, args.repeats, {"matmul": lambda clock: matmul_roof(clock=clock)})
     flops = model_flops(model.config, [len(p) for p in prompts], args.new)
     full = forward_flops(model.config, [len(p) for p in prompts], args.new)
     print(f"model: {args.model_dir or 'the tiny model'} ({model.config.model_type}, "
-          f"{sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()) / 1e6:.1f} M parameters), "
+          f"{n_params(model) / 1e6:.1f} M parameters), "
           f"fast engine arithmetic {type(fast.kernel).__name__ if fast else '-'}")
-    print(f"work: {len(prompts)} prompts of {min(map(len, prompts))}-{width} tokens, {args.new} new tokens each "
-          f"({n_new} new tokens), {args.threads} thread(s), {args.repeats} interleaved repeats, "
+    print(f"work: {len(prompts)} prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens, {args.new} new "
+          f"tokens each ({n_new} new tokens), {args.threads} thread(s), {args.repeats} interleaved repeats, "
           f"needed work {flops / 1e9:.2f} GFLOP (full forward count: {full / 1e9:.2f} GFLOP)")
-    for c in clocks:  # wall time is the claim; CPU time is the steadier measure on a shared machine
-        roof = statistics.median(roofs[c])
+    for c in CLOCKS:  # wall time is the claim; CPU time is the steadier measure on a shared machine
+        roof = statistics.median(probed[c]["matmul"])
         print(f"[{c} time] roof {roof:.1f} GFLOP/s float32 matmul (median of per-repeat bests) "
               f"-> {flops / roof / 1e9 * 1e3:.0f} ms at roof")
         base = statistics.median(times[c]["model.generate"])
-        for name in names:
+        for name in arms:
             med = statistics.median(times[c][name])
             print(f"  {name:15s} median {med * 1e3:7.1f} ms  {n_new / med:8.0f} new tok/s  "
                   f"{flops / roof / 1e9 / med * 100:5.1f} % of roof ({full / roof / 1e9 / med * 100:4.1f} % by "
@@ -192,14 +223,24 @@ def main() -> None:
         if "HFEngine" in arms and "fast engine" in arms:
             ratio = statistics.median(times[c]["HFEngine"]) / statistics.median(times[c]["fast engine"])
             print(f"  fast engine vs HFEngine: x{ratio:.2f}")
-    if fast is not None:  # same answers on this model: greedy tokens, and sampled log-probs against HFEngine's
-        greedy = [GenRequest(r.prompt_ids, temperature=0.0, max_new_tokens=args.new, seed=r.seed) for r in reqs]
-        same = sum(a.token_ids == b.token_ids for a, b in zip(fast.generate(greedy), hf.generate(greedy)))
-        pairs = list(zip(fast.generate(reqs), hf.generate(reqs)))
-        sampled = sum(a.token_ids == b.token_ids for a, b in pairs)
-        lp = max(abs(x - y) for a, b in pairs if a.token_ids == b.token_ids for x, y in zip(a.logprobs, b.logprobs))
-        print(f"parity: greedy tokens equal HFEngine's on {same}/{len(greedy)} prompts, T=1 samples (same seeds) on "
-              f"{sampled}/{len(reqs)}; their log-probs differ by at most {lp:.1e}")
+    if fast is not None:
+        print(parity_line(fast, hf, prompts, args.new))
+
+
+def parity_line(fast, hf, prompts: list[list[int]], new: int) -> str:
+    """Same answers on this model: greedy tokens, and T=1 samples (same seeds) with their log-probs, fast
+    engine against HFEngine."""
+    from envace.engines.base import GenRequest
+
+    greedy = [GenRequest(p, temperature=0.0, max_new_tokens=new, seed=i) for i, p in enumerate(prompts)]
+    reqs = [GenRequest(p, temperature=1.0, max_new_tokens=new, seed=i) for i, p in enumerate(prompts)]
+    same = sum(a.token_ids == b.token_ids for a, b in zip(fast.generate(greedy), hf.generate(greedy)))
+    pairs = list(zip(fast.generate(reqs), hf.generate(reqs)))
+    sampled = sum(a.token_ids == b.token_ids for a, b in pairs)
+    lp = max((abs(x - y) for a, b in pairs if a.token_ids == b.token_ids for x, y in zip(a.logprobs, b.logprobs)),
+             default=float("nan"))
+    return (f"parity: greedy tokens equal HFEngine's on {same}/{len(greedy)} prompts, T=1 samples (same seeds) on "
+            f"{sampled}/{len(reqs)}; their log-probs differ by at most {lp:.1e}")
 
 
 if __name__ == "__main__":

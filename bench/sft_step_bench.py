@@ -46,7 +46,8 @@ def main() -> None:
     from envace.thread_shards import ShardRunner, one_torch_thread
     from envace.trainers.config import SFTConfig
     from envace.trainers.packing import shared_prefix_packs
-    from envace.trainers.sft import BatchDrawer, batch_loss, build_samples, sharded_batch_grads
+    from envace.trainers.sft import BatchDrawer, batch_loss, sharded_batch_grads
+    from envace.trainers.sft_samples import build_samples
 
     tmp = Path(tempfile.mkdtemp(prefix="envace-sft-bench-"))
     model_dir = build_model(tmp / "model", 600, TinyModelConfig(seed=0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard.settings import Settings, load_settings, store_path
+from envace_dashboard.settings import Settings, load_settings, store_path
 
 
 def settings() -> Settings:
@@ -20,7 +20,7 @@ def require_store(s: Settings) -> str:
         st.error(f"Trajectory store {path} does not exist. Start the dashboard with --store pointing at a run's "
                  f"store.db (e.g. runs/demo/store.db after `envace demo`) or a database URL.")
         st.stop()
-    from dashboard.store_data import store_problem
+    from envace_dashboard.store_data import store_problem
 
     problem = store_problem(s.store)
     if problem is not None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard.timeline import (
+from envace.store.records import TrajectoryRecord, TurnRecord
+from envace_dashboard.timeline import (
     ActBlock,
     CallRow,
     OtherBlock,
@@ -23,7 +24,6 @@ from dashboard.timeline import (
     tokens_by_role,
     turn_rows,
 )
-from envace.store.records import TrajectoryRecord, TurnRecord
 
 COLUMNS = ("Act", "Rehearse", "Real environment")
 

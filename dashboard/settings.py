@@ -61,11 +61,13 @@ def resolve_mlflow_uri(uri: str | None, store: str) -> tuple[str | None, str | N
             return f"sqlite:///{db}", None
         return None, (f"MLflow database {db} does not exist; pass --mlflow-uri with the tracking URI the "
                       f"runs were logged to (a sqlite:/// URI, a directory holding mlflow.db, or a server URL)")
+    from envace.tracking.locations import default_mlflow_files
+
     candidates = []
     sp = store_path(store)
     if sp is not None:
-        candidates += [sp.parent / "mlflow" / "mlflow.db", sp.parent.parent / "mlflow" / "mlflow.db",
-                       sp.parent / "mlruns" / "mlflow.db", sp.parent / "mlflow.db"]
+        group, job, beside = default_mlflow_files(sp.parent)  # where envace's commands log (envace.tracking.locations)
+        candidates += [group, job, sp.parent / "mlruns" / "mlflow.db", beside]
     candidates.append(Path("mlruns").resolve() / "mlflow.db")
     for c in candidates:
         if c.is_file():

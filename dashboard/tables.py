@@ -33,7 +33,7 @@ METRIC_GROUPS: dict[str, str] = {
     "Clip fraction": r"^(act|rehearse)/clip_frac$",
     "Rehearse parse-error rate": r"^rehearse/parse_error_rate$",
     "Rehearsal fidelity (field F1, exact match)": r"(^|/)fidelity/all/(field_f1|exact_match)$",
-    # the trainer's exploitation monitor (envace.trainers.shadow): a widening gap = the policy fooling Rehearse
+    # the trainer's exploitation monitor (envace.trainers.arms.shadow): a widening gap = the policy fooling Rehearse
     "Rehearsed vs real reward (exploitation monitor)": r"^shadow/(reward_rehearsed|reward_real|gap)$",
     "Rehearsed vs real reward per role": r"^shadow/(act|rehearse)/(reward_rehearsed|reward_real)$",
     # the same monitor's world-model readings: rehearsed answers vs the real world's, per step
@@ -271,10 +271,10 @@ def tts_lines(frame: pd.DataFrame) -> dict[str, list[tuple[int, float, float]]]:
 BENCH_COLUMNS = {"bfcl": "BFCL-v4", "tau2": "τ²-Bench", "vita": "VitaBench", "overall": "Overall"}
 
 
-def benchmark_table(report: Mapping[str, Any], ours_label: str,
-                    paper_fallback: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
-    """Rows: the paper's models, then ours; columns BFCL-v4, τ²-Bench, VitaBench, Overall (percent)."""
-    paper = report.get("paper") or paper_fallback
+def benchmark_table(report: Mapping[str, Any], ours_label: str) -> pd.DataFrame:
+    """Rows: the paper's models as the report carries them (`paper`), then ours; columns BFCL-v4, τ²-Bench,
+    VitaBench, Overall (percent)."""
+    paper = report.get("paper") or {}
     ours = report.get("ours") or {}
     rows = []
     for model, scores in paper.items():

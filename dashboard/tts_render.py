@@ -10,14 +10,14 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard.store_data import TTL_S, session
-from dashboard.timeline import pretty, pretty_call
-from dashboard.tts_view import comparisons, rehearsal_rows
 from envace.store import query as q
 from envace.store import tts_query as tq
 from envace.store.models import TrajectoryMode
 from envace.store.records import TrajectoryRecord
 from envace.types import ToolCall
+from envace_dashboard.store_data import TTL_S, session
+from envace_dashboard.timeline import pretty, pretty_call
+from envace_dashboard.tts_view import comparisons, rehearsal_rows
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

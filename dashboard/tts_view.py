@@ -9,10 +9,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from dashboard.timeline import observation_value
 from envace.store.records import TrajectoryRecord
 from envace.store.tts_query import TTSCommitRecord, TTSRehearsalRecord
 from envace.types import Role
+from envace_dashboard.timeline import observation_value
 
 
 def call_key(name: Any, arguments: Any) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard.store_data import TTL_S, session
 from envace.store import worldbench_rows as wr
+from envace_dashboard.store_data import TTL_S, session
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

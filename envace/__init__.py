@@ -8,10 +8,10 @@ Layers, bottom to top. A module imports its own layer and the layers below, neve
 (tests/test_import_layers.py checks every import in envace/, flows/ and dashboard/ against this list):
 
   1. records and parsers: types secrets untrusted input_budget yaml_bounds chat_tokens config toolcall
-       execution_result conversation fidelity extras registry
-  2. pure parts: algos worlds roles tracking cpu_threads thread_shards
+       execution_result conversation fidelity extras registry provenance
+  2. pure parts: algos worlds roles cpu_threads thread_shards
   3. inputs: rewards models data
-  4. services: engines store
+  4. services: engines store tracking
   5. episodes: rollout
   6. test-time rehearsal: tts
   7. consumers: benchmarks trainers

@@ -36,7 +36,7 @@ def sweep_run(config: Path, dry_run: bool = typer.Option(
             config, "CONFIG", "pass a sweep YAML like configs/sweeps/example_two_cell.yaml"))), indent=2))
         return
     _require_flows("envace sweep run")
-    from flows.sweep import run_sweep_from_file
+    from envace_flows.sweep import run_sweep_from_file
 
     summary = run_sweep_from_file(config)
     typer.echo(json.dumps(summary, indent=2, default=str))
@@ -70,6 +70,6 @@ def sweep_analyze(dest: Path, n_boot: int = typer.Option(10_000, help="Bootstrap
 def sweep_schedule(config: Path, cron: str = typer.Option(..., help="Cron expression, e.g. '0 3 * * *'.")):
     """Serve the sweep as a Prefect deployment on a cron schedule."""
     _require_flows("envace sweep schedule")
-    from flows.sweep import schedule_sweep
+    from envace_flows.sweep import schedule_sweep
 
     schedule_sweep(config, cron)

@@ -281,3 +281,8 @@ class RolloutConfig(EpisodeRules):
         "history", description="Rehearse prompt: history (default; same-tool few-shot + transcript h_t + call a_t, as "
                                "the paper's π(·|h_t,a_t)), compact (ablation: no transcript) or full (real models).")
     simulator_model: str | None = Field(None, description="Model dir of the frozen simulator (mode=simulator).")
+    simulator_prompt: Literal["rehearse", "prompted"] = Field(
+        "rehearse", description="How the frozen simulator (mode=simulator) is prompted and read: rehearse (envace's "
+                                "Rehearse prompt of rehearse_style and its strict parser, for a model trained on it) "
+                                "or prompted (envace.roles.prompted_simulator: a plain-JSON tool prompt and a lenient "
+                                "parser, for any chat model).")

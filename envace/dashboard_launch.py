@@ -26,11 +26,12 @@ ENV_MLFLOW = "ENVACE_DASHBOARD_MLFLOW_URI"
 
 
 def app_path() -> Path:
-    """dashboard/app.py of the installed (or editable) `dashboard` package."""
-    spec = importlib.util.find_spec("dashboard")
+    """app.py of the installed `envace_dashboard` package (the repository's dashboard/ folder in an editable
+    install); Streamlit runs it by path."""
+    spec = importlib.util.find_spec("envace_dashboard")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the `dashboard` package is not installed next to envace; reinstall the project "
-                                "(pip install -e .)")
+        raise FileNotFoundError("the `envace_dashboard` package is not installed next to envace; reinstall the "
+                                "project (pip install -e .)")
     app = Path(list(spec.submodule_search_locations)[0]) / "app.py"
     if not app.is_file():
         raise FileNotFoundError(f"{app} is missing; reinstall the project (pip install -e .)")

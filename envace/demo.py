@@ -101,8 +101,9 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
     from envace.data.config import DataConfig
     from envace.models.tiny import TinyModelConfig
     from envace.pipeline import Layout, build_data, build_model, run_rl, run_sft
+    from envace.provenance.dvc_hash import input_hashes
     from envace.tracking.config import TrackingConfig
-    from envace.tracking.dvc_hash import input_hashes
+    from envace.tracking.locations import Kind, locations
     from envace.tracking.mlflow_run import start_run
     from envace.trainers.config import SFTConfig, TrainConfig
 
@@ -110,8 +111,8 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     layout = Layout.under(out)  # data, model and SFT model where the pipeline flow puts them
-    mlflow_uri = f"sqlite:///{(out / 'mlflow.db').resolve()}"
-    store = str((out / "store.db").resolve())
+    loc = locations(out, Kind.DEMO)  # mlflow.db and store.db beside the results (envace.tracking.locations)
+    mlflow_uri, store = loc.mlflow_uri, loc.store_url
     t_start = time.perf_counter()
     summary: dict[str, Any] = {}
     with start_run(mlflow_uri, "envace-demo", "demo", cfg) as parent:

@@ -89,6 +89,13 @@ class Registry(Generic[T]):
             self.get(name)
         return dict(self._info[name])
 
+    def remove(self, name: str) -> None:
+        """Drop `name` and its metadata (a test's temporary entry); an unknown name raises UnknownName."""
+        if name not in self._entries:
+            self.get(name)
+        del self._entries[name]
+        self._info.pop(name, None)
+
     def names(self) -> list[str]:
         """Registered names, sorted."""
         return sorted(self._entries)

@@ -260,7 +260,7 @@ class Task:
 
 @dataclass
 class EchoPrompt:
-    """An env-mode call seen as a Rehearse task (the `echo` arm, envace.trainers.echo): the Rehearse prompt a
+    """An env-mode call seen as a Rehearse task (the `echo` arm, envace.trainers.arms.echo): the Rehearse prompt a
     rehearse-mode episode would have built for this call at this point, and the real environment's answer,
     whose rendered text is the cross-entropy target. Recorded by the rollout only when asked
     (`run_rollout(echo_prompts=True)`); never shown to the policy."""

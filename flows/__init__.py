@@ -1,5 +1,6 @@
 """Prefect 3 flows of envace: data versioning, training, evaluation, TTS and ablation sweeps, the
-full pipeline. Flows are thin: each task calls one envace function with a validated config.
+full pipeline. Flows are thin: each task calls one envace function with a validated config. The folder installs
+as `envace_flows` (pyproject.toml's package-dir); prefect.yaml's entrypoints name its files by path.
 
 Importing this package sets Prefect's offline defaults (unless already set): the ephemeral server's
 first start takes about 20 s on 2 cores, past Prefect's 20 s default timeout, and it would try to send
@@ -13,7 +14,7 @@ import os
 from envace.cpu_threads import configure_environment
 from envace.extras import check
 
-check("prefect", "flows", "the flows/ package (Prefect flows)")  # one line naming the extra, before a flow imports it
+check("prefect", "flows", "the envace_flows package (Prefect flows)")  # names the extra before a flow imports it
 configure_environment()  # OpenMP's wait policy before any flow imports torch (envace.cpu_threads)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

@@ -13,7 +13,7 @@ from prefect import flow
 
 from envace.config import load_config
 from envace.sweeps.grid import SweepConfig
-from flows.common import execute_sweep
+from envace_flows.common import execute_sweep
 
 
 @flow(name="ablation-sweep")

@@ -3,7 +3,7 @@ each saved checkpoint, verl's model merger to an HF dir, served (envace serve / 
 the benchmarks through the evaluation's endpoint slot -> one MLflow parent run. Each step is one task
 calling one function of `envace.cluster.pipeline` (see it for the steps and what each one records).
 
-    python -c "from flows.cluster_pipeline import cluster_pipeline as p; p('configs/cluster/pipeline.yaml')"
+    python -c "from envace_flows.cluster_pipeline import cluster_pipeline as p; p('configs/cluster/pipeline.yaml')"
     scheduled: the prefect.yaml deployment `cluster-pipeline-weekly` (docs/cluster.md)
 """
 

@@ -16,7 +16,8 @@ from prefect import flow, get_run_logger, task
 
 from envace.data.export import export_world
 from envace.data.versioning import add_dataset
-from envace.tracking.dvc_hash import input_hashes
+from envace.provenance.dvc_hash import input_hashes
+from envace.tracking.locations import Kind, locations
 from envace.tracking.mlflow_run import start_run
 
 
@@ -58,7 +59,8 @@ def data_versioning(out_dir: str | None = None, counts: dict[str, int] | None = 
     files = [str(v) for split in summary.values() for k, v in split.items() if k in ("cm2", "parquet")]
     hashes = hashes_task([out, *files])
     record = {"summary": summary, "version": version, "hashes": hashes, "counts": counts, "seed": seed}
-    run_id = log_task(mlflow_uri or str(Path(repo_root) / "runs" / "mlflow"), experiment, f"data-{Path(out).name}",
+    uri = locations(Path(repo_root) / "runs", Kind.FLOW, mlflow_uri=mlflow_uri).mlflow_uri  # runs/mlflow/
+    run_id = log_task(uri, experiment, f"data-{Path(out).name}",
                       {"counts": counts, "seed": seed, "out_dir": out}, [out, *files], record)
     logger.info("dataset %s: md5 %s (%s), MLflow run %s", out, version["md5"], version["dvc_file"], run_id)
     return {**record, "mlflow_run_id": run_id}

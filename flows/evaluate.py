@@ -23,9 +23,10 @@ from envace.config import load_config
 from envace.evaluation.config import EvalConfig
 from envace.evaluation.run import resolve_model_dir, run_eval
 from envace.sweeps.cells import eval_metrics
+from envace.tracking.locations import Kind, locations
 from envace.tracking.mlflow_run import start_run
-from flows.common import task_runner_for
-from flows.train import with_endpoint_retries
+from envace_flows.common import task_runner_for
+from envace_flows.train import with_endpoint_retries
 
 ALL_BENCHMARKS = ["world", "bfcl", "tau2", "vita", "finmcp"]
 
@@ -95,7 +96,7 @@ def evaluate_checkpoint(model: str | None = None, benchmarks: list[str] | None =
                 exc = fut.result(raise_on_failure=False)
                 failed[b] = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(fut.state.message)
                 logger.error("eval[%s]: FAILED: %s", b, failed[b])
-    uri = mlflow_uri or str(out / "mlflow")
+    uri = locations(out, Kind.FLOW, mlflow_uri=mlflow_uri).mlflow_uri  # <out>/mlflow/ by default
     with start_run(uri, experiment, f"eval-{name}",
                    {"model": model, "benchmarks": benchmarks, "overrides": overrides or [],
                     "config": base.model_dump(mode="json")},

@@ -13,8 +13,9 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 
 from envace import pipeline as steps
+from envace.tracking.locations import Kind, locations
 from envace.tracking.mlflow_run import start_run
-from flows.evaluate import evaluate_checkpoint
+from envace_flows.evaluate import evaluate_checkpoint
 
 
 @task(name="export-world")
@@ -47,7 +48,7 @@ def full_pipeline(out_dir: str = "runs/pipeline", counts: dict[str, int] | None 
     """Run every stage once; returns each stage's output (paths, SFT summary, train result, eval result)."""
     logger = get_run_logger()
     layout = steps.Layout.under(Path(out_dir).resolve())
-    uri = mlflow_uri or str(Path(out_dir).resolve() / "mlflow")
+    uri = locations(out_dir, Kind.FLOW, mlflow_uri=mlflow_uri).mlflow_uri  # <out_dir>/mlflow/ by default
     counts = counts or {"train": 400, "val": 50, "test": 50}
     data = data_task(str(layout.data), counts, data_seed)
     model = init_model_task(str(layout.model), corpus_tasks, model_overrides or [])

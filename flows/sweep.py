@@ -20,7 +20,7 @@ from typing import Any
 from envace.config import ConfigError, load_config
 from envace.sweeps.grid import SweepConfig, slugify
 from envace.sweeps.schedule import next_fire_times, validate_cron
-from flows.ablation import ablation_sweep
+from envace_flows.ablation import ablation_sweep
 
 log = logging.getLogger("envace.flows.sweep")
 

@@ -15,7 +15,7 @@ from prefect import flow
 
 from envace.sweeps.grid import tts_sweep_config
 from envace.tts.config import DEFAULT_N_GRID, TTS_MODES
-from flows.common import execute_sweep
+from envace_flows.common import execute_sweep
 
 
 @flow(name="tts-sweep")

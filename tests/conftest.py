@@ -118,7 +118,7 @@ def bfcl_modules():
 
 @pytest.fixture(scope="session")
 def t2():
-    from envace.benchmarks.tau2.loader import Tau2Unavailable, load_tau2
+    from envace.benchmarks.tau2.data import Tau2Unavailable, load_tau2
 
     try:
         return load_tau2()

@@ -104,7 +104,7 @@ def test_the_envace_command_and_flows_make_openmp_threads_sleep_instead_of_spinn
     # torch alone: libgomp's default busy-wait; imported after the envace command or the flows: no spinning
     assert _spin_count("pass") == "300000"
     assert _spin_count("import envace.cli") == "0"
-    assert _spin_count("import flows") == "0"
+    assert _spin_count("import envace_flows") == "0"
     assert _spin_count("import envace.cli", OMP_WAIT_POLICY="ACTIVE") != "0"  # the user's setting stands
 
 
@@ -126,7 +126,7 @@ def test_cpu_jobs_sets_the_share_for_children_and_restores(monkeypatch):
 
 def test_sweeps_count_their_side_by_side_cell_processes():
     from envace.sweeps.grid import SweepConfig
-    from flows.common import cell_processes
+    from envace_flows.common import cell_processes
 
     def cfg(**kw):
         return SweepConfig.model_validate({"name": "s", "out_dir": "unused", **kw})

@@ -1,11 +1,14 @@
 """Every import in envace/, flows/ and dashboard/ respects the layer order written in envace/__init__.py,
-and no modules import each other in a cycle (lazy imports inside functions count: they hide a cycle,
-they do not remove it)."""
+no modules import each other in a cycle (lazy imports inside functions count: they hide a cycle,
+they do not remove it), and the dashboard reads results without reaching into the code that makes them
+(`FORBIDDEN`). flows/ and dashboard/ install as `envace_flows` and `envace_dashboard` (pyproject.toml's
+package-dir): the folder names in the layer order stand for those packages."""
 
 from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +17,14 @@ import pytest
 import envace
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("envace", "flows", "dashboard")
+FOLDERS = ("envace", "flows", "dashboard")
+# folder -> the name it installs as
+INSTALL_NAMES = {"envace": "envace", **{folder: name for name, folder in tomllib.loads(
+    (ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].items()}}
+PACKAGES = tuple(INSTALL_NAMES[f] for f in FOLDERS)
+# (importing package, imported package): a reach that the layer order allows but the design does not. The
+# dashboard shows what runs wrote to the store and MLflow; the benchmark code that produced it stays out.
+FORBIDDEN = {("envace_dashboard", "envace.benchmarks")}
 LAYER_LINE = re.compile(r"^\s*(\d+)\.\s[^:]*:\s*(.+)$")
 CONTINUATION = re.compile(r"^\s{6,}[a-z_]")
 
@@ -35,7 +45,7 @@ class Violation:
 def layer_order(doc: str, root: Path = ROOT) -> dict[str, int]:
     """{unit: layer number} from the numbered lines of envace/__init__.py's docstring. A unit is a module
     or package: `types` is envace.types when envace/types.py (or envace/types/) exists, else a top-level
-    package (flows, dashboard)."""
+    folder (flows, dashboard), which stands for the package it installs as."""
     layers: dict[str, int] = {"envace": 0}  # the package face imports nothing
     number = None
     for line in doc.splitlines():
@@ -51,7 +61,7 @@ def layer_order(doc: str, root: Path = ROOT) -> dict[str, int]:
             if (root / "envace" / f"{name}.py").exists() or (root / "envace" / name).is_dir():
                 unit = f"envace.{name}"
             elif (root / f"{name}.py").exists() or (root / name).is_dir():
-                unit = name
+                unit = INSTALL_NAMES.get(name, name)
             else:
                 raise AssertionError(f"layer name {name!r} in envace/__init__.py's docstring matches no module")
             assert unit not in layers, f"{unit} is listed twice in envace/__init__.py's layer order"
@@ -102,12 +112,27 @@ def upward_imports(module: str, source: str, layers: dict[str, int], is_package:
     return list(found.values())
 
 
+def forbidden_imports(module: str, source: str, is_package: bool = False) -> list[tuple[str, int]]:
+    """(imported module, line), one per import statement, of the imports in `source` that `FORBIDDEN` rules
+    out for `module`."""
+    def inside(name: str, unit: str) -> bool:
+        return name == unit or name.startswith(unit + ".")
+
+    found: dict[int, str] = {}
+    for name, line in imported_modules(module, source, is_package):
+        if line not in found and any(inside(module, a) and inside(name, b) for a, b in FORBIDDEN):
+            found[line] = name
+    return [(name, line) for line, name in found.items()]
+
+
 def project_modules(root: Path = ROOT) -> dict[str, tuple[str, bool]]:
-    """{module name: (source, is_package)} for every .py file of envace/, flows/ and dashboard/."""
+    """{module name: (source, is_package)} for every .py file of envace/, flows/ and dashboard/, named as
+    installed (flows/sweep.py is envace_flows.sweep)."""
     mods = {}
-    for pkg in PACKAGES:
-        for path in sorted((root / pkg).rglob("*.py")):
+    for folder in FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
             parts = list(path.relative_to(root).with_suffix("").parts)
+            parts[0] = INSTALL_NAMES[folder]
             is_package = parts[-1] == "__init__"
             name = ".".join(parts[:-1] if is_package else parts)
             mods[name] = (path.read_text(encoding="utf-8"), is_package)
@@ -195,3 +220,26 @@ def test_a_module_in_no_layer_is_reported():
 def test_every_module_has_a_layer():
     missing = [m for m in project_modules() if layer_of(m, LAYERS) is None]
     assert not missing, f"modules in no layer (add them to envace/__init__.py's docstring): {missing}"
+
+
+def test_no_forbidden_reach():
+    bad = [f"{m}:{line} imports {name}" for m, (src, pkg) in project_modules().items()
+           for name, line in forbidden_imports(m, src, pkg)]
+    assert not bad, ("the dashboard reads what runs wrote (the store, MLflow artifacts); it may not import the "
+                     "benchmark code:\n" + "\n".join(bad))
+
+
+def test_a_forbidden_reach_is_caught():
+    src = "from envace.store import query\n\n\ndef f():\n    from envace.benchmarks.report import MAIN\n"
+    assert forbidden_imports("envace_dashboard.views.benchmarks", src) == [("envace.benchmarks.report", 5)]
+    assert forbidden_imports("envace_dashboard", "import envace.benchmarks\n", True) == [("envace.benchmarks", 1)]
+    assert forbidden_imports("envace.evaluation.run", src) == []  # the rule is the dashboard's only
+
+
+def test_the_apps_are_layered_under_their_install_names():
+    mods = project_modules()
+    assert "envace_flows.sweep" in mods and "envace_dashboard.views.benchmarks" in mods
+    assert not any(m.split(".")[0] in ("flows", "dashboard") for m in mods)
+    assert LAYERS["envace_flows"] == LAYERS["envace_dashboard"] > LAYERS["envace.sweeps"]
+    (v,) = upward_imports("envace.sweeps.cells", "from envace_flows.common import cell_processes\n", LAYERS)
+    assert v.imported_layer == LAYERS["envace_flows"]

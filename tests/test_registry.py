@@ -64,3 +64,16 @@ def test_lazy_entry_is_imported_only_when_asked_for():
         reg.add_lazy("rgb", "colorsys:hsv_to_rgb")
     with pytest.raises(ValueError, match="'package.module:attribute'"):
         reg.add_lazy("bad", "colorsys.rgb_to_hsv")
+
+
+def test_remove_drops_the_entry_and_its_metadata():
+    reg = Registry("toy thing")
+    reg.add("a", 1, note="x")
+    reg.add_lazy("b", "colorsys:rgb_to_hsv")
+    reg.remove("a")
+    reg.remove("b")
+    assert reg.names() == [] and "a" not in reg
+    reg.add("a", 2)  # the name is free again, without the old metadata
+    assert reg.get("a") == 2 and reg.info("a") == {}
+    with pytest.raises(UnknownName, match="unknown toy thing 'zz'"):
+        reg.remove("zz")

@@ -1,6 +1,7 @@
 """Benchmarks: our per-benchmark scores and Overall beside the EnvACE paper's main table, with the
-models that played policy, user simulator and judge, from the `benchmarks/report.json` artifact the
-evaluation flow logs (see envace.benchmarks.report.report_dict)."""
+models that played policy, user simulator and judge, all from the `benchmarks/report.json` artifact that
+`envace eval` logs (envace.benchmarks.report.report_dict: the paper's rows travel in the report, so this page
+reads MLflow only and imports no benchmark code)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ import re
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import mlflow_data as md
-from dashboard.common import require_mlflow, settings
-from dashboard.tables import BENCH_COLUMNS, benchmark_details, benchmark_table
-from envace.benchmarks.report import PAPER_RESULTS
+from envace_dashboard import mlflow_data as md
+from envace_dashboard.common import require_mlflow, settings
+from envace_dashboard.tables import BENCH_COLUMNS, benchmark_details, benchmark_table
 
 REPORT = "benchmarks/report.json"
 
@@ -35,8 +35,10 @@ except ValueError as exc:
     st.error(f"run {run_id}: {exc}")
     st.stop()
 ours = f"ours: {run.name or run_id[:8]}"
-table = benchmark_table(report, ours, PAPER_RESULTS)
+table = benchmark_table(report, ours)
 st.caption("Scores in percent. Overall = mean of BFCL-v4, τ²-Bench and VitaBench (shown only when all three ran).")
+if not report.get("paper"):
+    st.caption(f"This run's {REPORT} holds no `paper` rows: only its own scores are shown.")
 st.dataframe(table, hide_index=True, key="bench_table")
 fig = go.Figure()
 for _, row in table.iterrows():

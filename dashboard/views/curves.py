@@ -10,9 +10,9 @@ import html
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import mlflow_data as md
-from dashboard.common import require_mlflow, settings
-from dashboard.tables import METRIC_GROUPS, group_keys
+from envace_dashboard import mlflow_data as md
+from envace_dashboard.common import require_mlflow, settings
+from envace_dashboard.tables import METRIC_GROUPS, group_keys
 
 uri = require_mlflow(settings(), "Learning curves")
 st.title("Learning curves")

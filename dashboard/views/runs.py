@@ -7,11 +7,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import mlflow_data as md
-from dashboard import store_data as sd
-from dashboard.common import require_store, settings
-from dashboard.tables import config_diff, final_metrics, highlight_diff, key_params, run_method
 from envace.secrets import mask_secrets, mask_text
+from envace_dashboard import mlflow_data as md
+from envace_dashboard import store_data as sd
+from envace_dashboard.common import require_store, settings
+from envace_dashboard.tables import config_diff, final_metrics, highlight_diff, key_params, run_method
 
 s = settings()
 store = require_store(s)

@@ -12,9 +12,10 @@ import math
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import mlflow_data as md
-from dashboard.common import require_mlflow, settings
-from dashboard.tables import (
+from envace.sweeps.paired_report import header_line
+from envace_dashboard import mlflow_data as md
+from envace_dashboard.common import require_mlflow, settings
+from envace_dashboard.tables import (
     curves_frame,
     label_column,
     paired_frame,
@@ -24,7 +25,6 @@ from dashboard.tables import (
     tts_frame,
     tts_lines,
 )
-from envace.sweeps.paired_report import header_line
 
 SWEEP_CSV = "sweep/results.csv"
 CURVES_CSV = "sweep/curves.csv"

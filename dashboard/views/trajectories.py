@@ -12,13 +12,13 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import store_data as sd
-from dashboard.bench_render import render_benchmark_trajectory
-from dashboard.common import ANY, literal, optional, require_store, settings
-from dashboard.render import render_trajectory
-from dashboard.tts_render import render_tts
 from envace.store.models import TrajectoryMode
 from envace.types import Role, TerminationReason
+from envace_dashboard import store_data as sd
+from envace_dashboard.bench_render import render_benchmark_trajectory
+from envace_dashboard.common import ANY, literal, optional, require_store, settings
+from envace_dashboard.render import render_trajectory
+from envace_dashboard.tts_render import render_tts
 
 MAX_TRAJ_ID = 2**53 - 1  # the largest id a browser number field holds exactly (store ids are far below)
 SORTS = {"step ↑": "step", "step ↓": "-step", "reward ↑": "reward", "reward ↓": "-reward",

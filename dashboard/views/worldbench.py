@@ -10,8 +10,8 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import worldbench_data as wd
-from dashboard.common import optional, require_store, settings
+from envace_dashboard import worldbench_data as wd
+from envace_dashboard.common import optional, require_store, settings
 
 
 def behaviour_section(mlflow_uri: str | None) -> None:
@@ -19,7 +19,7 @@ def behaviour_section(mlflow_uri: str | None) -> None:
     if mlflow_uri is None:
         st.caption("Behaviour metrics are read from MLflow; no MLflow database is configured (--mlflow-uri).")
         return
-    from dashboard import mlflow_data as md
+    from envace_dashboard import mlflow_data as md
 
     scored = [r for r in md.runs(mlflow_uri)
               if r.tags.get("envace.kind") == "worldbench" and wd.behaviour_rows(r.metrics)]

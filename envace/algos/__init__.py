@@ -8,7 +8,7 @@ from envace.algos.advantages import ADVANTAGES, get_advantage_fn, grpo_advantage
 from envace.algos.kl import KL_ESTIMATORS, entropy_from_logits, kl_penalty
 from envace.algos.losses import AGGREGATIONS, POLICY_LOSSES, aggregate, ppo_clip_loss, vanilla_pg_loss
 from envace.algos.moving_baseline import RoleMovingBaseline, carries_baseline, role_moving_average_advantages
-from envace.algos.registry import Registry
+from envace.registry import Registry
 
 __all__ = [
     "ADVANTAGES",

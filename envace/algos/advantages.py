@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from envace.algos.registry import Registry
+from envace.registry import Registry
 from envace.types import Role
 
 Weighting = Literal["per_output", "per_trajectory"]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from envace.algos.registry import Registry
+from envace.registry import Registry
 
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 KL_ESTIMATORS: Registry[KLFn] = Registry("KL estimator")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from envace.algos.registry import Registry
+from envace.registry import Registry
 
 AggFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 AGGREGATIONS: Registry[AggFn] = Registry("loss aggregation mode")

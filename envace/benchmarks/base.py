@@ -5,8 +5,9 @@
 - `Benchmark`: `name` and `run(policy, *, limit, k, seed) -> BenchmarkResult`.
 - `BenchmarkResult`: per-category scores, group scores, the headline number (`overall`), every departure
   from the official setup, the models used (policy / user simulator / judge), k, and per-entry records.
-- A registry of benchmarks by name: built-ins are imported lazily (their heavy optional packages load only
-  when that benchmark is asked for); `register_benchmark` adds more.
+- `BENCHMARKS`, the registry of benchmarks by name (an `envace.registry.Registry`): built-ins are lazy entries
+  (their heavy optional packages load only when that benchmark is asked for); `register_benchmark` adds more.
+  Every adapter folder holds the same files (docs/extending.md, "A fifth benchmark").
 
 Scores are fractions in [0, 1]; `report.py` prints percentages. Avg@k is the mean success over all
 (entry, sample) pairs, which equals the mean over samples of each sample's accuracy.
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import importlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -31,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from envace.benchmarks.errors import summarize, summary_line
 from envace.engines.reply import BenchPolicy
+from envace.registry import Registry
 
 
 @dataclass
@@ -128,6 +129,28 @@ def jsonable(obj: Any, *, strict: bool = False, _path: str = "$") -> Any:
     return str(obj)
 
 
+@dataclass
+class GoldOutcome:
+    """One benchmark's gold replay (each adapter's gold.py): how many gold answers its own checker passed."""
+
+    benchmark: str
+    passed: int
+    total: int
+    source: str = ""  # where the benchmark's code / data came from
+    note: str = ""
+    result: BenchmarkResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.result is None or (self.total > 0 and self.passed == self.total)
+
+    @classmethod
+    def of(cls, result: BenchmarkResult, *, source: str = "", note: str = "") -> GoldOutcome:
+        """Passed = the records marked valid, out of every record."""
+        return cls(result.benchmark, sum(bool(r.get("valid")) for r in result.records), len(result.records),
+                   source=source, note=note, result=result)
+
+
 @runtime_checkable
 class Benchmark(Protocol):
     name: str
@@ -136,37 +159,34 @@ class Benchmark(Protocol):
             seed: int = 0) -> BenchmarkResult: ...
 
 
-# ----- registry -------------------------------------------------------------------------------------
+# The files every adapter folder holds (docs/extending.md, "A fifth benchmark"); an adapter may add its own.
+ADAPTER_FILES = ("__init__.py", "benchmark.py", "data.py", "runner.py", "scoring.py", "gold.py", "transitions.py")
 
-# Built-in adapters, imported only when asked for ("module:attribute" of a factory returning a Benchmark).
-BUILTIN_BENCHMARKS: dict[str, str] = {
-    "bfcl": "envace.benchmarks.bfcl.benchmark:BFCLBenchmark",
-    "tau2": "envace.benchmarks.tau2.benchmark:Tau2Benchmark",
-    "vita": "envace.benchmarks.vita.benchmark:VitaBenchmark",
-    "finmcp": "envace.benchmarks.finmcp.benchmark:FinMCPBenchmark",
-}
-_REGISTRY: dict[str, Callable[..., Benchmark]] = {}
+# Built-in adapters, imported only when asked for: each entry is a factory `(**options) -> Benchmark`, and its
+# metadata names the adapter's replay tasks for worldbench (`transitions`, envace.benchmarks.transitions) and its
+# gold replay (`gold`: `gold_replay(options, paths, limit, seed) -> GoldOutcome`, envace.benchmarks.gold).
+BENCHMARKS: Registry[Callable[..., Benchmark]] = Registry("benchmark")
+for _name, _cls in (("bfcl", "BFCLBenchmark"), ("tau2", "Tau2Benchmark"), ("vita", "VitaBenchmark"),
+                    ("finmcp", "FinMCPBenchmark")):
+    BENCHMARKS.add_lazy(_name, f"envace.benchmarks.{_name}.benchmark:{_cls}",
+                        transitions=f"envace.benchmarks.{_name}.transitions:replay_tasks",
+                        gold=f"envace.benchmarks.{_name}.gold:gold_replay")
 
 
-def register_benchmark(name: str, factory: Callable[..., Benchmark]) -> Callable[..., Benchmark]:
-    """Register `factory(**options) -> Benchmark` under `name`. Re-registering the same factory is a no-op;
+def register_benchmark(name: str, factory: Callable[..., Benchmark] | None = None, **info: Any) -> Any:
+    """Register `factory(**options) -> Benchmark` under `name` (with metadata, e.g. `transitions=
+    "pkg.module:replay_tasks"`); without `factory`, a decorator. Re-registering the same factory is a no-op;
     a different one under a taken name raises."""
-    taken = _REGISTRY.get(name)
-    if taken is not None and taken is not factory:
-        raise ValueError(f"benchmark name {name!r} is already registered to {taken!r}; pick another name")
-    _REGISTRY[name] = factory
-    return factory
+    if factory is None:
+        return BENCHMARKS.register(name, **info)
+    return BENCHMARKS.add(name, factory, **info)
 
 
 def available_benchmarks() -> list[str]:
-    return sorted(set(_REGISTRY) | set(BUILTIN_BENCHMARKS))
+    return BENCHMARKS.names()
 
 
 def get_benchmark(name: str, **options: Any) -> Benchmark:
-    """Build the benchmark `name` with its options (e.g. categories=... for BFCL)."""
-    if name not in _REGISTRY and name in BUILTIN_BENCHMARKS:
-        module, attr = BUILTIN_BENCHMARKS[name].split(":")
-        register_benchmark(name, getattr(importlib.import_module(module), attr))
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown benchmark {name!r}; valid names: {', '.join(available_benchmarks())}")
-    return _REGISTRY[name](**options)
+    """Build the benchmark `name` with its options (e.g. categories=... for BFCL); an unknown name raises
+    `UnknownName` (a KeyError and a ValueError) listing the valid ones."""
+    return BENCHMARKS.get(name)(**options)

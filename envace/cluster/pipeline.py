@@ -109,7 +109,10 @@ class ClusterPipelineConfig(BaseConfig):
         return self
 
     def resolved_mlflow_uri(self) -> str:
-        return self.mlflow_uri or str(Path(self.out_dir) / "mlflow")
+        """envace.tracking.locations: `<out_dir>/mlflow/mlflow.db` unless `mlflow_uri` names one."""
+        from envace.tracking.locations import Kind, locations
+
+        return locations(self.out_dir, Kind.CLUSTER, mlflow_uri=self.mlflow_uri).mlflow_uri
 
 
 # ----- step 1: data ---------------------------------------------------------------------------
@@ -119,7 +122,7 @@ def version_data(cfg: ClusterPipelineConfig) -> dict[str, Any]:
     """Export, `dvc add` and hash the snapshot; returns {dir, md5, dvc_file, splits, hashes}."""
     from envace.data.export import export_world
     from envace.data.versioning import add_dataset
-    from envace.tracking.dvc_hash import input_hashes
+    from envace.provenance.dvc_hash import input_hashes
 
     out = cfg.data.snapshot_dir()
     splits = export_world(out, cfg.data.counts, cfg.data.seed)

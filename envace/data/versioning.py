@@ -4,7 +4,7 @@ The repository is initialised on first use (`dvc init`; `--no-scm` when the dire
 work tree, `--subdir` when it is inside one but not at its top). When no default remote is configured,
 a local one named `local` is added at `<repo>/.dvc-storage` (written relative to `.dvc/`, so the
 repository can move) and the data is pushed there, so `dvc pull` restores it. The returned md5 is what
-the caller logs to MLflow (it equals `envace.tracking.dvc_hash.data_hash(path)`). In a git work tree the
+the caller logs to MLflow (it equals `envace.provenance.dvc_hash.data_hash(path)`). In a git work tree the
 local storage folder is added to the repository's `.gitignore` (it holds content-addressed copies, not
 sources).
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envace.data.errors import DataError, Problem
-from envace.tracking.gitinfo import run_git
+from envace.provenance.gitinfo import run_git
 
 DEFAULT_REMOTE = "local"
 STORAGE_DIR = ".dvc-storage"

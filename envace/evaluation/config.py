@@ -6,6 +6,8 @@ OpenAI-compatible endpoint whose API key is read from the environment variable i
   positional CHECKPOINT of `envace eval`); policy.* settings apply on top of it.
 - `user_sim`: the τ² / VitaBench user simulator (None: the policy model, its own un-wrapped object).
 - `judge`: VitaBench's rubric judge (required for vita; the official one is claude-3.7-sonnet).
+- `simulator`: the prompted simulator that writes the test-time private phase's tool responses
+  (`tts.engine=simulator`, tool world only; envace.roles.prompted_simulator).
 Benchmark data: `paths.*` (VitaBench checkout, FinMCP data + MCP schema, τ² checkout or task file) and `bench.*`
 (BFCL categories, τ² domains / split / max_steps, Vita sets / language / max_steps).
 
@@ -89,6 +91,9 @@ class EvalConfig(BaseConfig):
                                        "user_sim.* settings alone apply to the policy's model).")
     judge: ModelSlot | None = Field(None, description="VitaBench rubric judge: judge.model_dir=DIR or "
                                     "judge.base_url/model/api_key_env (required for vita).")
+    simulator: ModelSlot | None = Field(None, description="Prompted simulator of tts.engine=simulator (the private "
+                                        "phase's tool responses): simulator.model_dir=DIR or "
+                                        "simulator.base_url=URL simulator.model=NAME [simulator.api_key_env=VAR].")
     paths: BenchmarkPaths = Field(default_factory=BenchmarkPaths, description="Benchmark data: paths.vita, "
                                   "paths.finmcp, paths.finmcp_tools, paths.tau2, paths.tau2_tasks.")
     bench: BenchmarkOptions = Field(default_factory=BenchmarkOptions, description="Benchmark parts: "
@@ -159,10 +164,19 @@ class EvalConfig(BaseConfig):
                              "or pass a local model dir")
         if not self.seeds:
             raise ValueError("seeds is empty; pass at least one seed, e.g. seeds=[0]")
+        if self.tts.engine == "simulator" and self.simulator is None:
+            raise ValueError("tts.engine=simulator needs a simulator slot: simulator.model_dir=DIR or "
+                             "simulator.base_url=URL simulator.model=NAME")
+        if self.simulator is not None and self.tts.engine != "simulator":
+            raise ValueError(f"a simulator is set but tts.engine={self.tts.engine!r} never asks it; set "
+                             "tts.engine=simulator or simulator=null")
+        if self.tts.engine == "simulator" and self.benchmarks != ["world"]:
+            raise ValueError(f"tts.engine=simulator runs on the tool world only (benchmarks={self.benchmarks}); set "
+                             "benchmarks=[world] or tts.engine=policy")
         return self
 
     def slots(self) -> dict[str, ModelSlot | None]:
-        return {"policy": self.policy, "user_sim": self.user_sim, "judge": self.judge}
+        return {"policy": self.policy, "user_sim": self.user_sim, "judge": self.judge, "simulator": self.simulator}
 
     def model_name(self) -> str:
         """A short name of the evaluated model (run names, output dirs)."""

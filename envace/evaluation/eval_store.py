@@ -11,19 +11,20 @@ so a re-run of the same checkpoint × benchmark × seed finds its run again and 
 `world_eval_store` is the same for a tool-world evaluation run outside `envace eval` (the demo's).
 
 Every run is RUNNING while the evaluation runs and ends FINISHED once MLflow has the evaluation (linked by
-`mlflow_run_id`), FAILED or KILLED when the evaluation raised or was interrupted (SIGTERM raises while the
-store is open: envace.tracking.lifecycle).
+`mlflow_run_id`), FAILED or KILLED when the evaluation raised or was interrupted: the runs belong to the
+evaluation's `envace.tracking.run_record.RunRecord`, which ends them and its MLflow run together (SIGTERM
+raises while it is open: envace.tracking.lifecycle).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from envace.tracking.checkpoint_ref import CheckpointRef, checkpoint_ref
+from envace.provenance.checkpoint_ref import CheckpointRef, checkpoint_ref
 
 
 def _model_ref(model_dir: Path) -> CheckpointRef:
@@ -58,33 +59,19 @@ def world_eval_store(url: str | Path, model_dir: str | Path, protocol: Mapping[s
     when it raised). Yields the `on_trajectories(kind, seed, trajs)` callback to pass to `evaluate_world`
     (or `envace.evaluation.paired.score_tasks`). `protocol` holds what changes the episodes (sampling
     temperature, rollout limits, task source), so a re-run with the same ones adds no row."""
+    from envace.provenance.gitinfo import git_commit
     from envace.store.eval_runs import eval_run_id
-    from envace.store.runs import RunInfo, register_run
-    from envace.store.writer import TrajectoryWriter
-    from envace.tracking.gitinfo import git_commit
-    from envace.tracking.lifecycle import outcome_of
+    from envace.store.runs import RunInfo
+    from envace.tracking.run_record import RunRecord
 
     ref = _model_ref(Path(model_dir))
     run_id = eval_run_id(ref.content_hash, "world", protocol)
     config = {"benchmark": "world", "checkpoint": dataclasses.asdict(ref), "protocol": dict(protocol)}
-    writer = TrajectoryWriter(url, run_id, run=RunInfo(id=run_id, name=name or f"eval-{Path(model_dir).name}-world",
-                                                       kind="eval", status="running", config=config,
-                                                       git_commit=git_commit(), mlflow_run_id=mlflow_run_id))
-    status = "finished"
-    try:
+    with RunRecord(store_url=url) as record:
+        writer = record.start_store_run(RunInfo(id=run_id, name=name or f"eval-{Path(model_dir).name}-world",
+                                                kind="eval", status="running", config=config,
+                                                git_commit=git_commit(), mlflow_run_id=mlflow_run_id))
         yield lambda kind, seed, trajs: put_world(writer, kind, seed, trajs, split=split)
-    except BaseException as exc:
-        status = outcome_of(exc).store_status
-        raise
-    finally:
-        try:
-            writer.close()
-        except BaseException:
-            status = "failed"  # rows were lost: the run is not a finished evaluation
-            raise
-        finally:
-            register_run(writer.engine, RunInfo(id=run_id, kind="eval", status=status))
-            writer.engine.dispose()
 
 
 @contextmanager
@@ -101,15 +88,15 @@ def store_paired_eval(url: str | Path | None, model_dir: str | Path, cfg: Any, *
 
 
 class EvalStore:
-    """The evaluation's store runs (kind `eval`) at `tracking.store_url` (default `<out>/store.db`)."""
+    """The evaluation's store runs (kind `eval`) in the store of its run record (`tracking.store_url`,
+    default `<out>/store.db`: envace.tracking.locations); they end with that record."""
 
-    def __init__(self, cfg: Any, model_dir: Path, out: Path) -> None:
-        from envace.store.session import make_engine, upgrade
-        from envace.tracking.gitinfo import git_commit
-        from envace.tracking.lifecycle import sigterm_raises
+    def __init__(self, cfg: Any, model_dir: Path, record: Any) -> None:
+        from envace.provenance.gitinfo import git_commit
 
         self.cfg = cfg
-        self.url = cfg.tracking.store_url or str(Path(out) / "store.db")
+        self.record = record  # envace.tracking.run_record.RunRecord
+        self.url = record.store_url
         self.ref = _model_ref(model_dir)
         self.name = Path(self.ref.step_dir or self.ref.model_dir).name if self.ref.step is not None \
             else Path(str(model_dir)).name
@@ -118,17 +105,9 @@ class EvalStore:
         self.counts: dict[str, dict[str, int]] = {}  # benchmark -> {"new": n, "already_stored": n}
         self.run_id: str | None = None  # the tool world's run
         self.writer = None
-        self._signals = ExitStack()  # while the runs are open, SIGTERM raises: they end killed, not running
-        self._signals.enter_context(sigterm_raises())
-        self.engine = make_engine(self.url)
-        try:
-            upgrade(self.engine)
-            if "world" in cfg.benchmarks:
-                self._open_world()
-        except BaseException:
-            self.engine.dispose()
-            self._signals.close()
-            raise
+        self.engine = record.open_store()
+        if "world" in cfg.benchmarks:
+            self._open_world()
 
     def _run_info(self, run_id: str, benchmark: str, protocol: Mapping[str, Any]) -> Any:
         from envace.store.runs import RunInfo
@@ -140,13 +119,11 @@ class EvalStore:
 
     def _open_world(self) -> None:
         from envace.store.eval_runs import eval_run_id
-        from envace.store.writer import TrajectoryWriter
 
         protocol = world_protocol(self.cfg)
         self.run_id = eval_run_id(self.ref.content_hash, "world", protocol)
         self.run_ids["world"] = self.run_id
-        self.writer = TrajectoryWriter(self.url, self.run_id, run=self._run_info(self.run_id, "world", protocol),
-                                       create_schema=False)
+        self.writer = self.record.start_store_run(self._run_info(self.run_id, "world", protocol))
 
     def put(self, kind: str, seed: int, trajs: list) -> None:
         """Tool-world trajectories of one seed (`kind` "env" = the scored episodes, else e.g. "fidelity")."""
@@ -156,40 +133,20 @@ class EvalStore:
         """Every per-task trajectory of each `BenchmarkResult` ({name: result}) into its benchmark's run."""
         from envace.store.benchmark_rows import put_benchmark_records
         from envace.store.eval_runs import benchmark_protocol, eval_run_id
-        from envace.store.runs import register_run
 
         for name, result in results.items():
             protocol = benchmark_protocol(result)
             run_id = eval_run_id(self.ref.content_hash, name, protocol)
-            register_run(self.engine, self._run_info(run_id, name, protocol))
+            self.record.start_store_run(self._run_info(run_id, name, protocol), writer=False)
             self.run_ids[name] = run_id
             new, old = put_benchmark_records(self.engine, run_id, name, result.records, int(result.seed))
             self.counts[name] = {"new": new, "already_stored": old}
 
-    def close(self, status: str | None) -> None:
-        """Commit what is pending; with `status` (failed / killed), end every run so."""
-        try:
-            if self.writer is not None:
-                self.writer.close()
-        finally:
-            try:
-                if status is not None:
-                    self._register(status, None)
-                    self.engine.dispose()  # no finish() follows a failed evaluation
-            finally:
-                self._signals.close()
-
-    def finish(self, mlflow_run_id: str | None) -> None:
-        try:
-            self._register("finished", mlflow_run_id)
-        finally:
-            self.engine.dispose()
-
-    def _register(self, status: str, mlflow_run_id: str | None) -> None:
-        from envace.store.runs import RunInfo, register_run
-
-        for run_id in self.run_ids.values():
-            register_run(self.engine, RunInfo(id=run_id, kind="eval", status=status, mlflow_run_id=mlflow_run_id))
+    def commit(self) -> None:
+        """Commit the tool world's trajectories (raises the writer's error); the runs stay RUNNING until
+        the record ends them, FINISHED once MLflow has the evaluation."""
+        if self.writer is not None:
+            self.writer.close()
 
     def summary(self) -> dict[str, Any]:
         """For eval.json and MLflow: the runs, what was new, and the checkpoint they belong to."""

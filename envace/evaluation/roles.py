@@ -79,7 +79,8 @@ def used_slots(cfg: EvalConfig, *, default_user: bool = True) -> dict[str, Model
     user = cfg.user_sim or (_default_user_slot(cfg.policy) if default_user and cfg.policy else None)
     return {"policy": cfg.policy if others or "world" in cfg.benchmarks else None,
             "user_sim": user if any(b in USES_USER_SIM for b in others) else None,
-            "judge": cfg.judge if any(b in USES_JUDGE for b in others) else None}
+            "judge": cfg.judge if any(b in USES_JUDGE for b in others) else None,
+            "simulator": cfg.simulator if cfg.tts.engine == "simulator" and cfg.tts.on else None}
 
 
 def describe_slots(cfg: EvalConfig) -> dict[str, dict[str, Any] | None]:
@@ -88,7 +89,8 @@ def describe_slots(cfg: EvalConfig) -> dict[str, dict[str, Any] | None]:
     policy = cfg.policy.describe()
     user = cfg.user_sim.describe() if cfg.user_sim else {**_default_user_slot(cfg.policy).describe(),
                                                           "note": "the policy model plays the user simulator"}
-    return {"policy": policy, "user_sim": user, "judge": cfg.judge.describe() if cfg.judge else None}
+    return {"policy": policy, "user_sim": user, "judge": cfg.judge.describe() if cfg.judge else None,
+            **({"simulator": cfg.simulator.describe()} if cfg.simulator else {})}
 
 
 def _default_user_slot(policy: ModelSlot) -> ModelSlot:

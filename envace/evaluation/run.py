@@ -1,6 +1,8 @@
 """`envace eval`: one checkpoint on the tool world and/or the benchmarks, optionally with test-time
 rehearsal; results written as JSON beside the model (or to `out_dir`) and, when tracking is on, to one
-MLflow run (metrics + the JSON as an artifact) and to the trajectory store.
+MLflow run (metrics + the JSON as an artifact) and to the trajectory store, both one
+`envace.tracking.run_record.RunRecord` at `envace.tracking.locations` (an eval job: MLflow in
+`<out>/../mlflow`, the store in `<out>/store.db`, unless `tracking.*` names them).
 
 Before any task: every setting and data path is checked without a model (roles.preflight), the output
 folder is announced, and every endpoint slot answers one probe chat completion (probe.py); a failure
@@ -17,6 +19,7 @@ The MLflow run is tagged with the checkpoint it scored (`envace.checkpoint.*`, `
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -29,7 +32,10 @@ from envace.cpu_threads import apply_thread_policy
 from envace.evaluation.config import EvalConfig
 from envace.evaluation.eval_store import EvalStore
 from envace.evaluation.world import evaluate_world
-from envace.tracking.checkpoint_ref import model_dir_of
+from envace.provenance.checkpoint_ref import CheckpointRef, model_dir_of
+from envace.tracking.lifecycle import outcome_of
+from envace.tracking.locations import Kind, locations
+from envace.tracking.run_record import RunRecord
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -82,11 +88,17 @@ def run_eval(cfg: EvalConfig, echo: Callable[[str], None] | None = None) -> dict
     results: dict[str, Any] = {"model": str(model_dir) if is_local(cfg) else cfg.policy.label(),
                                "models": describe_slots(cfg), "k": cfg.k, "seeds": list(cfg.seeds)}
     out.mkdir(parents=True, exist_ok=True)
-    store = EvalStore(cfg, model_dir, out) if cfg.tracking.enabled else None
+    record = RunRecord(locations(out, Kind.EVAL, mlflow_uri=cfg.tracking.mlflow_uri,
+                                 store_url=cfg.tracking.store_url)) if cfg.tracking.enabled else None
     try:
+        store = EvalStore(cfg, model_dir, record) if record is not None else None
         if "world" in cfg.benchmarks:
+            from envace.rollout.simulator_seat import simulator_engine
+
+            simulator = (simulator_engine(cfg.simulator, str(device)) if cfg.simulator is not None and cfg.tts.on
+                         else None)  # tts.engine=simulator: the private phase's prompted simulator
             results["world"] = evaluate_world(engine, tasks, cfg.rollout, k=cfg.k, seeds=cfg.seeds,
-                                              with_fidelity=cfg.fidelity, tts=cfg.tts,
+                                              with_fidelity=cfg.fidelity, tts=cfg.tts, simulator=simulator,
                                               on_trajectories=store.put if store else None)
         others = [b for b in cfg.benchmarks if b != "world"]
         if others:
@@ -105,25 +117,24 @@ def run_eval(cfg: EvalConfig, echo: Callable[[str], None] | None = None) -> dict
             results["failures"] = run_failures(results["benchmarks"]["results"], cfg.max_judge_failure_share)
             if store is not None:  # every per-task trajectory, in its benchmark's store run (idempotent)
                 store.put_benchmarks(results["benchmarks"]["results"])
-    except BaseException as exc:
-        if store is not None:  # failed, or killed on Ctrl-C / SIGTERM (envace.tracking.lifecycle)
-            from envace.tracking.lifecycle import outcome_of
-
-            store.close(outcome_of(exc).store_status)
-        raise
-    if store is not None:
-        store.close(None)  # committed; finished once MLflow has the run
-        results["store_run_id"] = store.run_id  # the tool world's run (None without "world")
-        results["store"] = store.summary()  # every run by benchmark, rows new / already stored, the checkpoint
-    results["wall_s"] = time.perf_counter() - t0
-    from envace.benchmarks.base import jsonable  # BenchmarkResults as plain JSON records, never their repr
-
-    (out / "eval.json").write_text(json.dumps(jsonable(results), indent=2))
-    results["written_to"] = str(out / "eval.json")
-    if cfg.tracking.enabled:
-        results["mlflow_run_id"] = _log_to_mlflow(cfg, results, out)
         if store is not None:
-            store.finish(results["mlflow_run_id"])
+            store.commit()  # committed; the runs end finished once MLflow has the evaluation
+            results["store_run_id"] = store.run_id  # the tool world's run (None without "world")
+            results["store"] = store.summary()  # every run by benchmark, rows new / already stored, the checkpoint
+        results["wall_s"] = time.perf_counter() - t0
+        from envace.benchmarks.base import jsonable  # BenchmarkResults as plain JSON records, never their repr
+
+        (out / "eval.json").write_text(json.dumps(jsonable(results), indent=2))
+        results["written_to"] = str(out / "eval.json")
+        if record is not None:
+            results["mlflow_run_id"] = _log_to_mlflow(record, cfg, results, out)
+    except BaseException as exc:
+        if record is not None:  # failed, or killed on Ctrl-C / SIGTERM (envace.tracking.lifecycle)
+            with contextlib.suppress(Exception):  # the evaluation's own error is the one to report
+                record.close(outcome_of(exc), exc)
+        raise
+    if record is not None:
+        record.close()  # the store runs and the MLflow run end finished together
     return results
 
 
@@ -153,23 +164,20 @@ def eval_metrics(results: dict[str, Any]) -> dict[str, float]:
     return m
 
 
-def _log_to_mlflow(cfg: EvalConfig, results: dict[str, Any], out: Path) -> str:
-    from envace.tracking.mlflow_run import start_run
-    from envace.trainers.run_tracker import default_mlflow_uri
-
-    uri = cfg.tracking.mlflow_uri or default_mlflow_uri(out)
-    tags = {"envace.kind": "eval"}
+def _log_to_mlflow(record: RunRecord, cfg: EvalConfig, results: dict[str, Any], out: Path) -> str:
+    tags = {}
     if results.get("store_run_id"):
         tags["envace.store_run_id"] = results["store_run_id"]
     store = results.get("store") or {}
     if store.get("run_ids"):
         tags["envace.store_run_ids"] = json.dumps(store["run_ids"], sort_keys=True)
     if store.get("checkpoint"):  # the checkpoint this evaluation scored, and the training run that wrote it
-        from envace.tracking.checkpoint_ref import CheckpointRef
-
         tags.update(CheckpointRef(**store["checkpoint"]).tags())
-    with start_run(uri, cfg.tracking.experiment, f"eval-{cfg.model_name()}", cfg,
-                   parent_run_id=cfg.tracking.parent_run_id, tags=tags) as run:
-        run.log_step_metrics(0, eval_metrics(results))
-        run.log_artifact(out / "eval.json", "eval")
-        return run.run_id
+    run = record.start_mlflow(cfg.tracking.experiment, f"eval-{cfg.model_name()}", cfg, kind="eval",
+                              parent_run_id=cfg.tracking.parent_run_id, tags=tags)
+    run.log_step_metrics(0, eval_metrics(results))
+    run.log_artifact(out / "eval.json", "eval")
+    report = (results.get("benchmarks") or {}).get("report") or {}
+    if report.get("report_dict"):  # the dashboard's Benchmarks page: our scores beside the paper's rows
+        run.log_artifact_dict(report["report_dict"], "benchmarks/report.json")
+    return run.run_id

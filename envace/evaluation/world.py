@@ -107,7 +107,8 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
                    seeds: list[int] = (0,), temperature: float | None = None, with_fidelity: bool = True,
                    tts: TTSConfig | None = None,
                    on_trajectories: Callable[[str, int, list[Trajectory]], None] | None = None,
-                   few_shot_tasks: list[Task] | None = None) -> dict[str, Any]:
+                   few_shot_tasks: list[Task] | None = None,
+                   simulator: GenerationEngine | None = None) -> dict[str, Any]:
     """Evaluate `engine` on `tasks`; returns mean and per-seed scores, every episode's success and reward
     (`per_task`: [tasks][seeds x k], seed-major) and fidelity. `engine` may be
     `{Role.ACT: e1, Role.REHEARSE: e2}` (the per-role-policy ablation; not with test-time rehearsal, `tts`
@@ -115,7 +116,8 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
     `on_trajectories(pass, seed, trajectories)` sees each seed's scored episodes (pass "env") and its
     rehearse-mode fidelity pass (pass "fidelity"), e.g. to store them. The fidelity pass never shows
     Rehearse a test task's own gold pairs: its few-shot examples come from `few_shot_tasks` (default:
-    the world's training split, as the reference code draws few-shot from the training sample)."""
+    the world's training split, as the reference code draws few-shot from the training sample).
+    `simulator` (with `tts.engine=simulator`): the engine of the private phase's tool responses."""
     tts = tts or TTSConfig()
     if isinstance(engine, Mapping) and tts.on:
         raise ValueError("test-time rehearsal (tts.n > 0) needs one shared engine, not a per-role mapping")
@@ -132,7 +134,7 @@ def evaluate_world(engine: GenerationEngine | Mapping[Role, GenerationEngine], t
     for col, seed in enumerate(seeds):
         if tts.on:
             # k attempts per task, each with its own derived seed (private and committed phases alike)
-            trajs = tts_rollout(tasks, engine, cfg, tts, WorldEnvironment, seed, k=k)
+            trajs = tts_rollout(tasks, engine, cfg, tts, WorldEnvironment, seed, k=k, simulator=simulator)
         else:
             trajs = run_rollout(tasks, k=k, policy=engine, cfg=cfg, mode=Mode.ENV, env_factory=WorldEnvironment,
                                 seed=seed)

@@ -2,7 +2,8 @@
 
 Each round every live episode in ACT generates in ONE `policy.generate` call; then every pending tool call
 of every episode in OBSERVE is answered together: by the policy playing Rehearse (`rehearse`, EnvACE), by
-the episode's own Environment (`env`, standard GRPO) or by a frozen simulator engine (`simulator`). Each
+the episode's own Environment (`env`, standard GRPO) or by a frozen simulator engine (`simulator`, asked with the
+Rehearse prompt or, `simulator_prompt=prompted`, the prompted simulator's: envace.rollout.simulator_seat). Each
 episode's handler for its phase returns the next phase (envace.rollout.state).
 
 The rollout contract: what ends an episode is one named switch per rule (envace.config.EpisodeRules, read
@@ -49,9 +50,10 @@ from envace.engines.base import GenerationEngine, GenRequest, GenResult
 from envace.execution_result import is_error_value
 from envace.roles.act import assistant_message, is_malformed, parse_act
 from envace.roles.prompts import RESULT_CLOSE, simulator_system_prompt
-from envace.roles.rehearse import parse_execution_result, rehearse_messages
+from envace.roles.rehearse import rehearse_messages
 from envace.rollout.engine_prompts import is_chat_engine, prompt_of
 from envace.rollout.seeds import generation_seed
+from envace.rollout.simulator_seat import prompted_seat_messages, read_reply
 from envace.rollout.state import EpisodeState, Phase
 from envace.toolcall import ParsedAct
 from envace.types import (
@@ -93,6 +95,7 @@ class _Run:
     rehearse_style: str
     enable_thinking: bool
     echo_prompts: bool = False
+    prompted: bool = False  # simulator mode with simulator_prompt=prompted (envace.rollout.simulator_seat)
 
     def seed_for(self, st: EpisodeState, role: Role, index: int) -> int:
         return generation_seed(self.seed, self.step, st.traj.prompt_index, st.traj.sample_index, role, index)
@@ -247,8 +250,10 @@ def _act_round(run: _Run, states: list[EpisodeState]) -> None:
 def _rehearse_prompt(run: _Run, engine: GenerationEngine, st: EpisodeState,
                      call: ToolCall) -> tuple[list[int], list[dict[str, Any]] | None, bool]:
     """(prompt ids, chat messages, over the context limit) of the Rehearse prompt for one pending call."""
-    msgs = rehearse_messages(st.traj.task, st.history[: st.act_context_len], st.latest_act_text, call,
-                             few_shot=run.cfg.few_shot, style=run.rehearse_style)
+    msgs = (prompted_seat_messages(st.traj.task, st.history[: st.act_context_len], call, few_shot=run.cfg.few_shot)
+            if run.prompted else rehearse_messages(st.traj.task, st.history[: st.act_context_len],
+                                                   st.latest_act_text, call, few_shot=run.cfg.few_shot,
+                                                   style=run.rehearse_style))
     ids, chat, n_tokens = prompt_of(engine, msgs, None, enable_thinking=run.enable_thinking)
     return ids, chat, n_tokens + run.cfg.rehearse.max_new_tokens > run.cfg.max_context_tokens
 
@@ -294,7 +299,7 @@ def _rehearse_observe_round(run: _Run, states: list[EpisodeState]) -> None:
     results = _generate(engine, [req for _, _, req, _ in jobs])
     answers: dict[int, list[Observation]] = {}
     for (st, call, req, ref), res in zip(jobs, results):
-        obs = parse_execution_result(res.text)  # the one strict parse; stored on the turn, never redone
+        obs = read_reply(res.text, run.prompted)  # the one parse; stored on the turn, never redone
         turn = Turn(role=Role.REHEARSE, prompt_ids=list(req.prompt_ids), response_ids=list(res.token_ids),
                     logprobs=list(res.logprobs), text=res.text, temperature=req.temperature,
                     user_turn=st.user_turn, call=call, observation=obs,
@@ -368,7 +373,7 @@ def run_rollout(tasks: list[Task], *, k: int, policy: GenerationEngine | Mapping
                 raise ValueError(f"prefixes[{i}] must end with the user message to answer")
     run = _Run(policy=act_engine, rehearser=rehearse_engine, cfg=cfg, mode=mode, simulator=simulator, step=step,
                seed=seed, turn_gate=turn_gate, rehearse_style=rehearse_style, enable_thinking=enable_thinking,
-               echo_prompts=echo_prompts)
+               echo_prompts=echo_prompts, prompted=mode is Mode.SIMULATOR and cfg.simulator_prompt == "prompted")
     states = [_start(task, p, s, mode, env_factory, shadow_env_factory,
                      list(prefixes[p]) if prefixes is not None else None)
               for p, task in enumerate(tasks) for s in range(first_sample, first_sample + k)]

@@ -3,7 +3,7 @@ re-running an evaluation adds to the run it made before instead of starting a ne
 
     run id = "eval-" + the first 24 hex digits of sha256(JSON [checkpoint content hash, benchmark, protocol])
 
-- checkpoint: the content hash of the scored model directory (`envace.tracking.checkpoint_ref`; a model
+- checkpoint: the content hash of the scored model directory (`envace.provenance.checkpoint_ref`; a model
   that is not a local directory, an endpoint, is named instead);
 - benchmark: "bfcl", "tau2", "vita", "finmcp", or "world" for the tool world;
 - protocol: whatever else changes the trajectories: the other model slots (user simulator, judge) and the

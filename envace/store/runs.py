@@ -3,7 +3,8 @@
 `register_run` is safe to call from every process of a run and again after a resume: the first call
 inserts the row, later calls fill in fields that were given and leave the others alone. The stored config
 has its secrets masked (`envace.secrets`: a URL password never reaches the store). A run ends FINISHED,
-FAILED or KILLED through `set_run_status` (`envace.trainers.run_tracker.RunTracker.close` does it).
+FAILED or KILLED through `set_run_status` or `register_run` (`envace.tracking.run_record.RunRecord.close`
+ends every run of a job).
 """
 
 from __future__ import annotations

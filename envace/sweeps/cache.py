@@ -25,8 +25,8 @@ import threading
 from pathlib import Path
 
 from envace.config import BaseConfig
-from envace.tracking.dvc_hash import data_hash
-from envace.tracking.gitinfo import UNKNOWN, git_info, run_git
+from envace.provenance.dvc_hash import data_hash
+from envace.provenance.gitinfo import UNKNOWN, git_info, run_git
 
 _PACKAGES = ("envace", "flows")
 CODE_VERSION_ENV = "ENVACE_CODE_VERSION"

@@ -244,13 +244,13 @@ def _worldbench(spec: CellSpec, model: str | Path) -> tuple[dict[str, float], st
 
 def _run_eval_cell(spec: CellSpec, t0: float) -> dict[str, Any]:
     from envace.evaluation.run import run_eval
-    from envace.tracking.mlflow_run import start_run
+    from envace.tracking.run_record import RunRecord
 
     cfg = resolve_cell_config(spec)
     inputs = [p for p in (cfg.model, cfg.data.path) if p]
-    with start_run(spec.mlflow_uri, spec.experiment, spec.name, cfg, parent_run_id=spec.parent_run_id,
-                   tags={"envace.kind": "eval", "envace.cell": spec.name, "envace.group": spec.group},
-                   input_paths=inputs) as run:
+    with RunRecord(spec.locations()) as record:
+        run = record.start_mlflow(spec.experiment, spec.name, cfg, kind="eval", parent_run_id=spec.parent_run_id,
+                                  tags={"envace.cell": spec.name, "envace.group": spec.group}, input_paths=inputs)
         ev = run_eval(cfg)
         metrics = eval_metrics(ev)
         model = str(getattr(cfg.policy, "model_dir", None) or cfg.model)

@@ -8,7 +8,7 @@ resume the first value logged for a step is the one kept, as `metric_history` sa
 that crashed mid-run) is pooled over the seeds that did, so `n` says how many curves a point rests on.
 
 The default metrics are the world-model readings of a rehearse-mode run next to its reward: shadow exact
-match and rehearsed-error recall / precision (envace.trainers.shadow: the real world replays the step's
+match and rehearsed-error recall / precision (envace.trainers.arms.shadow: the real world replays the step's
 calls) and each role's sampling entropy. Arms that do not log a metric (shadow needs rehearse mode) get no
 rows for it; nothing is filled with zeros.
 """

@@ -30,6 +30,7 @@ from envace.config import BaseConfig, ConfigError
 from envace.sweeps.prepare import SFTSpec
 from envace.sweeps.ray_runner import RunnerConfig
 from envace.sweeps.world_model import WorldbenchSpec
+from envace.tracking.locations import Kind, RunLocations, locations
 from envace.tts.config import DEFAULT_N_GRID, TTS_MODES
 
 Scalar = str | int | float | bool
@@ -212,11 +213,16 @@ class SweepConfig(BaseConfig):
             return ["eval/world/success", "eval/world/reward", "train/reward_last"]
         return ["train/reward_last"]
 
+    def locations(self) -> RunLocations:
+        """The sweep's MLflow database and store (envace.tracking.locations: `<out_dir>/mlflow/`,
+        `<out_dir>/store.db`, unless `mlflow_uri` / `store_url` name them)."""
+        return locations(self.out_dir, Kind.SWEEP, mlflow_uri=self.mlflow_uri, store_url=self.store_url)
+
     def resolved_mlflow_uri(self) -> str:
-        return self.mlflow_uri or str(Path(self.out_dir) / "mlflow")
+        return self.locations().mlflow_uri
 
     def resolved_store_url(self) -> str:
-        return self.store_url or str(Path(self.out_dir) / "store.db")
+        return self.locations().store_url
 
 
 def axis_levels(axis: str, spec: dict[str, list[str] | str] | list[Scalar]) -> list[tuple[str, list[str]]]:
@@ -248,6 +254,10 @@ class CellSpec(BaseConfig):
     worldbench_data: str | None = Field(None, description="Worldbench data dir to score the cell's world model on "
                                                           "(None: no worldbench scoring).")
     worldbench_score: list[str] = Field(default_factory=list, description="ScoreConfig overrides of that scoring.")
+
+    def locations(self) -> RunLocations:
+        """The cell's records: the sweep's MLflow database and store, the cell's own folder."""
+        return locations(self.out_dir, Kind.SWEEP, mlflow_uri=self.mlflow_uri, store_url=self.store_url)
 
     def seed_override(self) -> str:
         return f"seed={self.seed}" if self.kind == "train" else f"seeds=[{self.seed}]"

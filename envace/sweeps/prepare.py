@@ -1,7 +1,7 @@
 """Sweep prerequisites: the SFT checkpoints a sweep's cells start from, built once and reused.
 
 A sweep YAML may name SFT checkpoints under `sft:` (e.g. one per tiny-model size). Before any cell runs,
-the sweep flow builds each one (a Prefect task per checkpoint: `flows.common.prepare_sft`): a tiny
+the sweep flow builds each one (a Prefect task per checkpoint: `envace_flows.common.prepare_sft`): a tiny
 Qwen3-architecture model and tokenizer from the world corpus, then the SFT cold start on oracle Act and
 Rehearse demonstrations (`envace.trainers.sft`). The result is cached by a key file in the checkpoint
 directory: the sha256 of the spec (`SFTSpec.digest()`) and the code version (`envace.sweeps.cache`). A

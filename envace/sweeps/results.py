@@ -162,11 +162,12 @@ def _recorded_parent(cfg: SweepConfig) -> str | None:
 @contextmanager
 def sweep_parent_run(cfg: SweepConfig) -> Iterator[Any]:
     """Open (or resume) the sweep's MLflow parent run; yields the `MlflowRun` handle."""
-    from envace.tracking.mlflow_run import start_run
+    from envace.tracking.run_record import RunRecord
 
     resume = _recorded_parent(cfg)
-    with start_run(cfg.resolved_mlflow_uri(), cfg.experiment, cfg.name, cfg, resume_run_id=resume,
-                   tags={"envace.kind": "sweep", "envace.sweep": cfg.name}) as run:
+    with RunRecord(cfg.locations()) as record:
+        run = record.start_mlflow(cfg.experiment, cfg.name, cfg, kind="sweep", resume_run_id=resume,
+                                  tags={"envace.sweep": cfg.name})
         state = Path(cfg.out_dir) / STATE_FILE
         state.parent.mkdir(parents=True, exist_ok=True)
         from envace.secrets import mask_text  # the file records where the runs are, never a password

@@ -1,5 +1,5 @@
 """Where a run logs (`TrackingConfig`): the MLflow URI and experiment, and the trajectory store. Embedded in
-the train and eval configs; read by `envace.trainers.run_tracker` and the evaluation run."""
+the train and eval configs; unset locations default through `envace.tracking.locations`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from envace.config import BaseConfig
 class TrackingConfig(BaseConfig):
     store_url: str | None = Field(None,
                                   description="Trajectory store (path or SQLAlchemy URL); None = <out_dir>/store.db.")
-    mlflow_uri: str | None = Field(None, description="MLflow tracking URI; None = sqlite under <out_dir>/../mlflow.")
+    mlflow_uri: str | None = Field(None, description="MLflow tracking URI; None = the command's default "
+                                   "(envace.tracking.locations: sqlite under <out_dir>/../mlflow for train / eval).")
     experiment: str = Field("envace", description="MLflow experiment name.")
     enabled: bool = Field(True, description="Log to MLflow and the store.")
     parent_run_id: str | None = Field(None, description="MLflow parent run (sweeps).")

@@ -4,7 +4,7 @@
 `CHECKPOINT_ARTIFACT_MAX_MB` (TrackingConfig.checkpoint_artifact_max_mb) and links it by path above that; each
 is listed in the run's `envace.ckpt.<step dir>` tag (`logged_checkpoints`) with its content hash, and the
 final one is registered as a model version. An evaluation tags its run with the checkpoint it scored
-(`envace.tracking.checkpoint_ref`).
+(`envace.provenance.checkpoint_ref`).
 """
 
 from __future__ import annotations

@@ -49,10 +49,11 @@ from mlflow.utils.validation import (  # noqa: E402
 )
 
 from envace.config import BaseConfig, flatten  # noqa: E402
+from envace.provenance.dvc_hash import input_hashes  # noqa: E402
+from envace.provenance.gitinfo import git_info  # noqa: E402
 from envace.secrets import mask_secrets, mask_text  # noqa: E402
-from envace.tracking.dvc_hash import input_hashes  # noqa: E402
-from envace.tracking.gitinfo import git_info  # noqa: E402
 from envace.tracking.lifecycle import RunOutcome, outcome_of, sigterm_raises  # noqa: E402
+from envace.tracking.locations import MLFLOW_FILE  # noqa: E402
 
 DEFAULT_DIR = "mlruns"
 # Checkpoints up to this size (MiB, the whole step directory) are uploaded as run artifacts; larger ones
@@ -63,7 +64,7 @@ _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. :/]")
 
 
 def default_tracking_uri(directory: str | Path = DEFAULT_DIR) -> str:
-    return f"sqlite:///{Path(directory).expanduser().resolve() / 'mlflow.db'}"
+    return f"sqlite:///{Path(directory).expanduser().resolve() / MLFLOW_FILE}"
 
 
 def resolve_tracking_uri(uri: str | Path | None) -> tuple[str, str | None]:

@@ -61,7 +61,7 @@ class AlgoConfig(BaseConfig):
     echo_coef: float = Field(0.0, description="Echo arm (rollout.mode=env only): weight of the cross-entropy "
                                               "on each executed call's real answer as a Rehearse target under "
                                               "the Rehearse prompt rehearse mode would build, token-mean over "
-                                              "those tokens, added to the GRPO loss (envace.trainers.echo); in "
+                                              "those tokens, added to the GRPO loss (envace.trainers.arms.echo); in "
                                               "[0, 1], 0 = off, swept at 0.01, 0.05, 0.1.")
     rehearse_loss_weight: float = Field(1.0, ge=0, allow_inf_nan=False,
                                         description="Weight of each Rehearse row in the loss and in the token- "
@@ -131,7 +131,7 @@ class DynamicSamplingConfig(BaseConfig):
 
 
 class GroundedConfig(BaseConfig):
-    """The grounded arm (envace.trainers.grounded): EnvACE where a seeded share of the rehearsed calls is also
+    """The grounded arm (envace.trainers.arms.grounded): EnvACE where a seeded share of the rehearsed calls is also
     executed for real, after the episode, and their Rehearse rows get a fidelity reward beside the task reward."""
 
     fraction: float = Field(0.0, ge=0, le=1, description="Share of rehearsed calls grounded, each chosen with this "
@@ -204,6 +204,12 @@ class TrainConfig(BaseConfig):
                                                           "world (never shown to the policy, never rewarded) and log "
                                                           "rehearsed vs real reward; None = on for world tasks in "
                                                           "rehearse/simulator mode.")
+    arms: list[str] = Field(default_factory=list, description="Further training arms to run, names registered in "
+                                                              "envace.trainers.arms.ARMS (docs/extending.md); the "
+                                                              "built-in arms keep their own switches "
+                                                              "(dynamic_sampling.enabled, algo.echo_coef, "
+                                                              "flip_advantage_sign, grounded.fraction, "
+                                                              "shadow_monitor). `active_arms` lists all that run.")
     data: DataConfig = Field(default_factory=DataConfig, description="Training tasks.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout mode, role sampling, limits.")
     algo: AlgoConfig = Field(default_factory=AlgoConfig, description="Advantage, loss, KL.")
@@ -233,6 +239,10 @@ class TrainConfig(BaseConfig):
         if self.rollout.mode != "simulator" and self.simulator_slot is not None:
             raise ConfigError(f"a simulator is set but rollout.mode={self.rollout.mode!r} never asks it; set "
                               "rollout.mode=simulator or remove the simulator", field="simulator")
+        if self.rollout.simulator_prompt != "rehearse" and self.rollout.mode != "simulator":
+            raise ConfigError(f"rollout.simulator_prompt={self.rollout.simulator_prompt!r} prompts the frozen "
+                              f"simulator, but rollout.mode={self.rollout.mode!r} has none; set rollout.mode=simulator "
+                              "or rollout.simulator_prompt=rehearse", field="rollout.simulator_prompt")
         if self.reward == "env_state" and self.rollout.mode == "rehearse":
             raise ConfigError("reward='env_state' reads a real environment, which rehearse mode never touches; "
                               "use reward=checklist_rule (or rollout.mode=env)")
@@ -255,6 +265,12 @@ class TrainConfig(BaseConfig):
                               "grounded.fraction=0)", field="grounded.fraction",
                               what=f"grounded.fraction > 0 with mode {self.rollout.mode!r}, source "
                                    f"{self.data.source!r}", fix="rollout.mode=rehearse data.source=world")
+        if self.arms:
+            from envace.trainers.arms import check_arm_names  # the registry, without loading any arm
+
+            problem = check_arm_names(self.arms)
+            if problem is not None:
+                raise ConfigError(problem, field="arms")
         if self.shadow_monitor and (self.data.source != "world" or self.rollout.mode == "env"):
             raise ConfigError(f"shadow_monitor=true replays calls in the built-in world, but data.source="
                               f"{self.data.source!r}, rollout.mode={self.rollout.mode!r}; it needs data.source=world "
@@ -267,6 +283,13 @@ class TrainConfig(BaseConfig):
         if self.simulator is not None:
             return self.simulator
         return ModelSlot(model_dir=self.rollout.simulator_model) if self.rollout.simulator_model else None
+
+    @property
+    def active_arms(self) -> list[str]:
+        """Every training arm this config runs, in hook order (envace.trainers.arms.configured_arms)."""
+        from envace.trainers.arms import configured_arms
+
+        return configured_arms(self)
 
     @property
     def shadow_enabled(self) -> bool:
@@ -304,6 +327,10 @@ class SFTConfig(BaseConfig):
                                                             "unknown id, an infeasible amount) answered by the "
                                                             "real tool world, so Rehearse sees the world say no "
                                                             "(tool-world tasks only; 0 = gold responses only).")
+    tts_prompts: float = Field(0.0, ge=0, le=1, description="Share of the demonstration tasks that also teach "
+                                                            "test-time rehearsal's prompts: a review, a memory and "
+                                                            "the gold Act under a memory block "
+                                                            "(envace.tts.sft_data; training tasks only; 0 = off).")
     rehearse_style: Literal["history", "compact", "full"] = Field(
         "history", description="Rehearse prompt style; match the RL run's rollout.rehearse_style.")
     max_len: int = Field(1024, ge=32, description="Drop samples longer than this (tokens).")
@@ -317,3 +344,12 @@ class SFTConfig(BaseConfig):
                                                        "torch thread of this run; 1: the plain single-pass step. "
                                                        "Ignored on GPU.")
     progress: bool = Field(True, description="Show a progress bar.")
+
+    @model_validator(mode="after")
+    def _tts_prompts_train_split(self) -> SFTConfig:
+        if self.tts_prompts > 0 and self.data.source == "world" and self.data.split != "train":
+            raise ConfigError(f"tts_prompts={self.tts_prompts} builds rehearsal examples from training tasks only, "
+                              f"but data.split={self.data.split!r}; set data.split=train or tts_prompts=0",
+                              field="data.split", what=f"data.split={self.data.split!r} with tts_prompts > 0",
+                              fix="data.split=train (or tts_prompts=0)")
+        return self

@@ -9,16 +9,19 @@ and update each model (`update_models`). `policy=shared` trains one model on bot
 newer one is skipped with a warning: `envace.trainers.checkpoint.latest_checkpoint`). One process writes a
 run folder at a time (`run_lock`); a copied folder starts its own MLflow and store runs
 (`own_resume_meta`); a checkpoint whose MLflow upload a kill cut short is logged again on resume.
-Options around that loop: dynamic sampling (`dynamic_sampling`, DAPO: zero-signal groups dropped and
-refilled), linear lr warm-up (`optim.warmup_steps`), the rehearsal exploitation monitor
-(`shadow_monitor`: rehearsed vs real reward, never seen by the policy) and the diagnostics `reward=toy`
-and `flip_advantage_sign` (the loop must climb, or with the sign flipped descend, a toy reward).
-Two world-model arms ride on the same loop: `algo.echo_coef` > 0 (env mode: cross-entropy on the real answers
-as Rehearse targets, extra rows of the update, envace.trainers.echo) and `grounded.fraction` > 0 (rehearse
-mode: a fidelity reward on the Rehearse rows of a seeded share of calls, replayed in the real world after the
-episode, envace.trainers.grounded). `algo.advantage=role_moving_average` keeps a per-role moving average of the
-mean reward across steps (`envace.algos.RoleMovingBaseline`, decay `algo.baseline_decay`): read by each step's
-advantages, then moved by its rewards, saved in every checkpoint's meta.json and restored on resume.
+Training arms ride on the loop as registered hooks (envace.trainers.arms: the protocol, the hook order and the
+registry): each step calls every configured arm's hooks before the rollout, for the batch, on the rows before
+and after their advantages, for extra update rows and for metrics, with no arm named in the loop. Built in:
+dynamic sampling (`dynamic_sampling`, DAPO: zero-signal groups dropped and refilled), the rehearsal
+exploitation monitor (`shadow_monitor`: rehearsed vs real reward, never seen by the policy), the diagnostic
+`flip_advantage_sign` (with `reward=toy` the loop must climb, or with the sign flipped descend, a toy reward),
+and two world-model arms: `algo.echo_coef` > 0 (env mode: cross-entropy on the real answers as Rehearse
+targets, extra rows of the update) and `grounded.fraction` > 0 (rehearse mode: a fidelity reward on the
+Rehearse rows of a seeded share of calls, replayed in the real world after the episode); `arms:` turns on any
+other registered arm. Linear lr warm-up (`optim.warmup_steps`); `algo.advantage=role_moving_average` keeps a
+per-role moving average of the mean reward across steps (`envace.algos.RoleMovingBaseline`, decay
+`algo.baseline_decay`): read by each step's advantages, then moved by its rewards, saved in every checkpoint's
+meta.json and restored on resume.
 
 Departures from the paper / reference code: the old log-probs are the sampling engine's own (the run
 is on-policy with one PPO epoch, so verl's recomputation would give the same numbers — a test checks
@@ -42,9 +45,11 @@ from envace.cpu_threads import apply_thread_policy
 from envace.data.tasks import load_tasks
 from envace.engines.factory import engine_name, make_engine
 from envace.models.loading import load_policy, pick_device
+from envace.provenance.gitinfo import git_commit
 from envace.rollout import derive_seed, run_rollout
 from envace.rollout.placebo import PlaceboSimulator
-from envace.tracking.gitinfo import git_commit
+from envace.trainers.arms.base import Arm, SampledBatch, StepContext, build_arms
+from envace.trainers.arms.dynamic_sampling import informative_groups
 from envace.trainers.checkpoint import (
     Checkpoint,
     latest_checkpoint,
@@ -53,17 +58,13 @@ from envace.trainers.checkpoint import (
     save_checkpoint,
 )
 from envace.trainers.config import TrainConfig
-from envace.trainers.dynamic_sampling import SampledBatch, informative_groups, sample_with_refill
-from envace.trainers.echo import echo_metrics, echo_rows
-from envace.trainers.grounded import Grounding, apply_fidelity_reward, ground
 from envace.trainers.metrics import step_metrics
 from envace.trainers.prompt_style import warn_on_style_mismatch
 from envace.trainers.rewarding import RewardScorer
 from envace.trainers.run_lock import run_lock
 from envace.trainers.run_tracker import RunTracker
 from envace.trainers.schedule import lr_at, set_lr
-from envace.trainers.shadow import shadow_metrics, shadow_replay
-from envace.trainers.train_rows import TrainRow, assign_advantages, build_rows
+from envace.trainers.train_rows import ExtraRows, TrainRow, assign_advantages, build_rows
 from envace.trainers.unscored_guard import UnscoredGuard
 from envace.trainers.update import policy_update, role_rows
 from envace.types import Mode, Role, Task, Trajectory
@@ -109,22 +110,23 @@ class _Policy:
         return rows if name == "policy" else role_rows(rows, Role(name))
 
 
-def update_models(policy: _Policy, rows, cfg: TrainConfig, step: int = 0, echo=None) -> dict:
+def update_models(policy: _Policy, rows, cfg: TrainConfig, step: int = 0,
+                  extra: list[ExtraRows] | None = None) -> dict:
     """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps per model (one by default); with a
     per-role policy each model sees only its own role's rows. `step` seeds the mini-batch shuffle.
-    `echo`: the echo arm's supervised Rehearse rows (weighted by `algo.echo_coef`)."""
+    `extra`: the arms' supervised row sets (each weighted by its `coef`; per role, like the policy rows)."""
     updates = {}
     for name in policy.names:
         mine = policy.rows_for(name, rows)
-        my_echo = policy.rows_for(name, echo or [])
-        if mine or (my_echo and cfg.algo.echo_coef > 0):
+        my_extra = [ExtraRows(s.name, policy.rows_for(name, s.rows), s.coef, s.role) for s in extra or []]
+        if mine or any(s.rows and s.coef > 0 for s in my_extra):
             updates[name] = policy_update(policy.models[name], policy.optimizers[name], mine, cfg.algo,
                                           pad_id=policy.tokenizer.pad_token_id, micro_batch=cfg.micro_batch,
                                           grad_clip=cfg.optim.grad_clip, ref_model=policy.refs.get(name),
                                           seed=derive_seed(cfg.seed, step, name, "mini_batches"),
                                           max_tokens=cfg.micro_batch_tokens,
                                           clip_per_role=cfg.optim.grad_clip_per_role and name == "policy",
-                                          echo_rows=my_echo, echo_coef=cfg.algo.echo_coef)
+                                          extra=my_extra)
     return updates
 
 
@@ -147,53 +149,57 @@ def sample_step_tasks(pool: list[Task], cfg: TrainConfig, step: int) -> list[Tas
 
 
 def rollout_step(pool: list[Task], cfg: TrainConfig, step: int, policy: _Policy, mode: Mode,
-                 scorer: RewardScorer, env_factory, simulator) -> SampledBatch:
-    """Roll out and score the step's groups; with dynamic sampling, refill until enough carry signal."""
+                 scorer: RewardScorer, env_factory, simulator, arms: dict[str, Arm] | None = None,
+                 ctx: StepContext | None = None) -> SampledBatch:
+    """Roll out and score the step's groups: with the rollout options of every arm's `before_rollout`, and drawn
+    by the arm that defines `sample` if one is on (dynamic sampling: refill until enough groups carry signal).
+    `arms` default to `cfg`'s (`build_arms`)."""
+    arms = build_arms(cfg) if arms is None else arms
+    ctx = StepContext(cfg=cfg, step=step, scorer=scorer, pool=pool) if ctx is None else ctx
+    options: dict[str, Any] = {}
+    for name, arm in arms.items():
+        for key, value in arm.before_rollout(ctx).items():
+            if key in options and options[key] != value:
+                raise ValueError(f"arm {name} sets the rollout option {key}={value!r}, another arm {options[key]!r}; "
+                                 "turn one of them off")
+            options[key] = value
 
     def rollout(tasks: list[Task], first_index: int, seed: int) -> list[Trajectory]:
         with torch.inference_mode():
             trajs = run_rollout(tasks, k=cfg.k, policy=policy.rollout_policy(), cfg=cfg.rollout, mode=mode,
                                 env_factory=env_factory, simulator=simulator, step=step, seed=seed,
-                                turn_gate=scorer.turn_gate, echo_prompts=cfg.algo.echo_coef > 0)
+                                turn_gate=scorer.turn_gate, **options)
         for t in trajs:  # refill rounds continue the step's prompt numbering: groups stay distinct
             t.prompt_index += first_index
         scorer.score(trajs)
         return trajs
 
     tasks = sample_step_tasks(pool, cfg, step)
-    ds = cfg.dynamic_sampling
-    if ds.enabled:
-        return sample_with_refill(pool, tasks, rollout, seed=cfg.seed, step=step,
-                                  prompts_per_step=cfg.prompts_per_step, max_refill_rounds=ds.max_refill_rounds)
+    for arm in arms.values():
+        batch = arm.sample(ctx, tasks, rollout)
+        if batch is not None:
+            return batch
     trajs = rollout(tasks, 0, cfg.seed)
     return SampledBatch(kept=trajs, generated=trajs, groups_generated=len(tasks),
                         groups_informative=len(informative_groups(trajs)),
                         kept_prompt_indices=list(range(len(tasks))))
 
 
-def flip_advantages(rows: list[TrainRow]) -> None:
-    """Diagnostic (`flip_advantage_sign`): negate every advantage (on the rows' turns: a row is a view)."""
-    for r in rows:
-        r.advantage = -r.advantage
-
-
-def step_rows(trajs: list[Trajectory], cfg: TrainConfig, step: int, tokenizer: Any,
-              baseline: RoleMovingBaseline | None = None) -> tuple[list[TrainRow], list[TrainRow] | None,
-                                                                   Grounding | None]:
-    """The step's training rows with their advantages, the echo arm's supervised rows (None when off) and the
-    grounded arm's grounding (None when off). Grounding runs here, after every episode of the step ended.
-    `baseline`: the run's carried per-role average (`carried_baseline`), read and then moved by this step."""
-    rows = build_rows(trajs, cfg.algo.empty_output_penalty)
-    grounding = None
-    if cfg.grounded.fraction > 0:
-        grounding = ground(trajs, fraction=cfg.grounded.fraction, metric=cfg.grounded.metric, seed=cfg.seed,
-                           step=step, env_factory=RewardScorer.env_factory())
-        apply_fidelity_reward(rows, grounding, cfg.grounded.coef)
+def step_rows(ctx: StepContext, arms: dict[str, Arm],
+              baseline: RoleMovingBaseline | None = None) -> tuple[list[TrainRow], list[ExtraRows]]:
+    """The step's training rows (of `ctx.trajectories`) with their advantages, and the arms' extra row sets.
+    Every arm's `on_rows` runs before the advantages (after every episode of the step ended), its
+    `on_advantages` after them. `baseline`: the run's carried per-role average (`carried_baseline`), read and
+    then moved by this step."""
+    cfg = ctx.cfg
+    rows = build_rows(ctx.trajectories, cfg.algo.empty_output_penalty)
+    for arm in arms.values():
+        arm.on_rows(ctx, rows)
     assign_advantages(rows, cfg.algo.advantage, cfg.algo.weighting, cfg.algo.norm_std, baseline)
-    if cfg.flip_advantage_sign:
-        flip_advantages(rows)
-    echo = echo_rows(trajs, tokenizer) if cfg.algo.echo_coef > 0 else None
-    return rows, echo, grounding
+    for arm in arms.values():
+        arm.on_advantages(ctx, rows)
+    extra = [s for arm in arms.values() for s in arm.extra_rows(ctx)]
+    return rows, extra
 
 
 BASELINE_META = "role_baseline"  # the checkpoint meta.json key of the carried per-role average
@@ -214,13 +220,6 @@ def carried_baseline(cfg: TrainConfig, resume: Checkpoint | None) -> RoleMovingB
         else:
             baseline.load_state_dict(state, source=f"{resume.path / 'meta.json'} {BASELINE_META}")
     return baseline
-
-
-def _shadow_metrics(trajs: list[Trajectory], scorer: RewardScorer) -> dict[str, float]:
-    from envace.worlds.environment import WorldEnvironment
-
-    results = [shadow_replay(t, scorer.reward_of, WorldEnvironment) for t in trajs]
-    return shadow_metrics(trajs, results)
 
 
 def frozen_simulator(cfg: TrainConfig, device: Any) -> Any:
@@ -283,29 +282,27 @@ def _train(cfg: TrainConfig, rehearse_engine: Any = None) -> TrainResult:
     bar = _progress(cfg, start)
     guard = UnscoredGuard.from_config(cfg.unscored, scorer.judge_label or f"reward={cfg.reward}")
     baseline = carried_baseline(cfg, resume)
+    arms = build_arms(cfg)
     try:
         for step in range(start + 1, cfg.steps + 1):
             t0 = time.perf_counter()
-            batch = rollout_step(pool, cfg, step, policy, mode, scorer, env_factory, simulator)
+            ctx = StepContext(cfg=cfg, step=step, tokenizer=policy.tokenizer, scorer=scorer, pool=pool)
+            batch = ctx.batch = rollout_step(pool, cfg, step, policy, mode, scorer, env_factory, simulator, arms, ctx)
             t_roll = time.perf_counter() - t0
             guard.observe(step, sum(t.reward is None for t in batch.generated), len(batch.generated))  # dead judge
-            trajs = batch.kept
-            shadow = _shadow_metrics(batch.generated, scorer) if cfg.shadow_enabled else {}
-            rows, echo, grounding = step_rows(trajs, cfg, step, policy.tokenizer, baseline)
+            for arm in arms.values():
+                arm.on_batch(ctx)
+            rows, extra = step_rows(ctx, arms, baseline)
             lr = lr_at(step, cfg.optim)
             set_lr(policy.optimizers, lr)
-            updates = update_models(policy, rows, cfg, step=step, echo=echo)
-            metrics = step_metrics(trajs, rows, updates, t_roll, time.perf_counter() - t0,
+            updates = update_models(policy, rows, cfg, step=step, extra=extra)
+            metrics = step_metrics(batch.kept, rows, updates, t_roll, time.perf_counter() - t0,
                                    generated=batch.generated)
-            metrics.update(echo_metrics(updates))
             if baseline is not None:
                 metrics.update(baseline.metrics())
-            if grounding is not None:
-                metrics.update(grounding.metrics())
             metrics["optim/lr"] = lr
-            if cfg.dynamic_sampling.enabled:
-                metrics.update(batch.metrics())
-            metrics.update(shadow)
+            for arm in arms.values():
+                metrics.update(arm.metrics(ctx, updates))
             metrics.update(scorer.judge_metrics())  # judge calls of this step (scoring and shadow replay)
             result.history.append({"step": step, **metrics})
             tracker.log_step(step, metrics, batch.generated)

@@ -11,7 +11,9 @@ own; MLflow's SQL store costs ~15 ms of CPU and a synced commit per `log_batch` 
 step metrics are buffered and sent at most every `METRICS_INTERVAL_S` seconds, at every `flush` (so all
 steps up to a checkpoint are in MLflow before the checkpoint is written) and at `close`.
 
-How the run ends: `close()` ends the MLflow run and the store run alike, FINISHED on a normal exit, FAILED
+Where the runs go: `envace.tracking.locations` (a train job: MLflow in `<out_dir>/../mlflow`, the store in
+`<out_dir>/store.db`, unless `tracking.*` names them). How the run ends: `close()` ends the MLflow run and
+the store run alike through one `envace.tracking.run_record.RunRecord`, FINISHED on a normal exit, FAILED
 when an exception is propagating through the caller's `finally` (or the tracker's own writes fail), KILLED
 on Ctrl-C or SIGTERM (`envace.tracking.lifecycle`; the SIGTERM handler is installed while the run is open).
 A failure while the tracker starts (e.g. the store's database refuses the connection) ends the MLflow run
@@ -22,7 +24,6 @@ instead of staying RUNNING forever.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
@@ -32,18 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from envace.tracking.lifecycle import RunOutcome, outcome_of
+from envace.tracking.locations import Kind, locations
+from envace.tracking.run_record import RunRecord
 from envace.trainers.config import TrainConfig
 from envace.types import Trajectory
 
 SAMPLE_TRAJECTORIES = 4  # trajectories per step written as an MLflow artifact at checkpoints
 METRICS_INTERVAL_S = 5.0  # step metrics reach MLflow at most this late (and at every checkpoint)
-RUN_IDS = "tracking_runs.json"  # <out_dir>/...: the ids of the run that last started in this directory
-
-
-def default_mlflow_uri(out_dir: str | Path) -> str:
-    root = Path(out_dir).resolve().parent / "mlflow"
-    root.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{root / 'mlflow.db'}"
 
 
 def trajectory_summary(t: Trajectory) -> dict[str, Any]:
@@ -60,7 +56,7 @@ class RunTracker:
         self.run_id: str = meta.get("store_run_id") or uuid.uuid4().hex[:16]
         self.mlflow_run_id: str | None = None
         self.writer = None
-        self._stack = contextlib.ExitStack()
+        self.record: RunRecord | None = None
         self._last_logged = -1
         self._samples: list[dict[str, Any]] = []
         self._metrics: list[tuple[int, dict[str, Any], int]] = []  # (step, metrics, ms) not sent yet
@@ -69,48 +65,37 @@ class RunTracker:
         self.mlflow = None
         if not self.enabled:
             return
+        t = cfg.tracking
+        self.loc = locations(cfg.out_dir, Kind.TRAIN, mlflow_uri=t.mlflow_uri, store_url=t.store_url)
+        self.record = RunRecord(self.loc)
         try:
             self._open(cfg, meta, kind)
         except BaseException:  # the runs that started end FAILED / KILLED, not RUNNING forever
-            outcome = outcome_of(sys.exc_info()[1])
-            outcome = RunOutcome.FAILED if outcome is RunOutcome.FINISHED else outcome
+            exc = sys.exc_info()[1]
+            outcome = outcome_of(exc)
             self._closed = True
             try:
-                if self.writer is not None:
-                    from envace.store.runs import set_run_status
-
-                    self.writer.close()
-                    set_run_status(self.writer.engine, self.run_id, outcome.store_status)
-                    self.writer.engine.dispose()
+                self.record.close(RunOutcome.FAILED if outcome is RunOutcome.FINISHED else outcome, exc)
             except Exception:  # noqa: BLE001 - the original error is the one to report
                 pass
-            finally:
-                if self.mlflow is not None:
-                    self.mlflow.outcome = outcome
-                self._stack.close()
             raise
 
     def _open(self, cfg: TrainConfig, meta: dict[str, Any], kind: str) -> None:
+        from envace.provenance.gitinfo import git_commit
         from envace.store.runs import RunInfo
-        from envace.store.writer import TrajectoryWriter
-        from envace.tracking.gitinfo import git_commit
-        from envace.tracking.mlflow_run import start_run
 
-        uri = cfg.tracking.mlflow_uri or default_mlflow_uri(cfg.out_dir)
         inputs = [cfg.data.path] if cfg.data.path else []
-        self.mlflow = self._stack.enter_context(start_run(
-            uri, cfg.tracking.experiment, Path(cfg.out_dir).name, cfg,
+        self.mlflow = self.record.start_mlflow(
+            cfg.tracking.experiment, Path(cfg.out_dir).name, cfg, kind=kind,
             parent_run_id=cfg.tracking.parent_run_id, resume_run_id=meta.get("mlflow_run_id"),
-            tags={"envace.kind": kind, "envace.mode": cfg.rollout.mode, "envace.policy": cfg.policy,
-                  "envace.store_run_id": self.run_id}
+            tags={"envace.mode": cfg.rollout.mode, "envace.policy": cfg.policy, "envace.store_run_id": self.run_id}
             | ({"envace.copied_from": meta["copied_from"]} if meta.get("copied_from") else {}),
-            input_paths=inputs))
+            input_paths=inputs)
         self.mlflow_run_id = self.mlflow.run_id
         if meta.get("mlflow_run_id"):
             hist = self.mlflow.metric_history("reward/mean")
             self._last_logged = max((s for s, _ in hist), default=-1)
-        store = cfg.tracking.store_url or str(Path(cfg.out_dir) / "store.db")
-        self.writer = TrajectoryWriter(store, self.run_id, run=RunInfo(
+        self.writer = self.record.start_store_run(RunInfo(
             id=self.run_id, name=Path(cfg.out_dir).name, kind=kind, config=cfg.model_dump(mode="json"),
             git_commit=git_commit(), mlflow_run_id=self.mlflow_run_id, parent_id=None))
         self._close_predecessor()
@@ -120,12 +105,12 @@ class RunTracker:
         before the first checkpoint: nothing resumed them), then record this run's ids there."""
         from envace.store.runs import get_run_status, set_run_status
 
-        path = Path(self.cfg.out_dir) / RUN_IDS
+        path = self.loc.run_ids_file
         try:
             old = json.loads(path.read_text()) if path.is_file() else {}
         except (json.JSONDecodeError, UnicodeDecodeError):
             old = {}
-        here = str(Path(self.cfg.out_dir).resolve())
+        here = str(self.loc.out_dir)
         if old.get("out_dir") not in (None, here):  # copied from another folder: those runs are not ours to end
             old = {}
         old_ml, old_store = old.get("mlflow_run_id"), old.get("store_run_id")
@@ -139,8 +124,9 @@ class RunTracker:
 
                 warnings.warn(f"could not close the previous MLflow run {old_ml} of {self.cfg.out_dir}: "
                               f"{mask_text(str(exc))}", stacklevel=3)
-        if old_store and old_store != self.run_id and get_run_status(self.writer.engine, old_store) == "running":
-            set_run_status(self.writer.engine, old_store, RunOutcome.KILLED.store_status)
+        engine = self.record.engine
+        if old_store and old_store != self.run_id and get_run_status(engine, old_store) == "running":
+            set_run_status(engine, old_store, RunOutcome.KILLED.store_status)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"mlflow_run_id": self.mlflow_run_id, "store_run_id": self.run_id,
                                     "out_dir": here}, indent=2))
@@ -186,7 +172,7 @@ class RunTracker:
         records); the `final` one is also registered as a model version (tracking.registered_model)."""
         if not self.enabled:
             return
-        from envace.tracking.checkpoint_ref import checkpoint_ref
+        from envace.provenance.checkpoint_ref import checkpoint_ref
         from envace.tracking.mlflow_checkpoints import log_checkpoint
 
         ref = checkpoint_ref(path)
@@ -205,7 +191,7 @@ class RunTracker:
         tag and, for the final one, its model version): a kill mid-upload leaves neither."""
         if not self.enabled:
             return
-        from envace.tracking.checkpoint_ref import checkpoint_ref
+        from envace.provenance.checkpoint_ref import checkpoint_ref
         from envace.tracking.mlflow_checkpoints import checkpoint_recorded
 
         step = checkpoint_ref(path).step
@@ -214,38 +200,28 @@ class RunTracker:
             self.log_checkpoint(path, final=final)
 
     def close(self, outcome: RunOutcome | None = None) -> None:
-        """Send what is buffered, close the store writer and end both runs. Without `outcome`, it is read
-        from the exception propagating through the caller (`close()` in a `finally` block): FINISHED when
-        none, KILLED for Ctrl-C / SIGTERM, FAILED otherwise. Idempotent."""
+        """Send what is buffered, then end the run record (store writer committed, store run and MLflow
+        run ended alike: `envace.tracking.run_record`). Without `outcome`, it is read from the exception
+        propagating through the caller (`close()` in a `finally` block): FINISHED when none, KILLED for
+        Ctrl-C / SIGTERM, FAILED otherwise. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        exc = sys.exc_info()[1] if outcome is None else None
         if outcome is None:
-            outcome = outcome_of(sys.exc_info()[1])
+            outcome = outcome_of(exc)
         error: BaseException | None = None
         try:
             if self.enabled:
                 self._send_metrics()
-        except BaseException as exc:  # noqa: BLE001 - still close the writer and end the runs
-            error = exc
-        try:
-            if self.writer is not None:
-                self.writer.close()
-        except BaseException as exc:  # noqa: BLE001
-            error = error or exc
+        except BaseException as err:  # noqa: BLE001 - still close the writer and end the runs
+            error = err
         if error is not None and outcome is RunOutcome.FINISHED:
             outcome = RunOutcome.FAILED
         try:
-            if self.writer is not None:
-                from envace.store.runs import set_run_status
-
-                set_run_status(self.writer.engine, self.run_id, outcome.store_status)
-                self.writer.engine.dispose()
-        except BaseException as exc:  # noqa: BLE001
-            error = error or exc
-        finally:
-            if self.mlflow is not None:
-                self.mlflow.outcome = outcome
-            self._stack.close()
+            if self.record is not None:
+                self.record.close(outcome, exc)
+        except BaseException as err:  # noqa: BLE001
+            error = error or err
         if error is not None:
             raise error

@@ -7,6 +7,9 @@ is carried across steps (`role_moving_average`), against the trainer's `RoleMovi
 A row is a view over its `Turn`, not a copy: token ids, log-probs and temperature are read from the turn
 and the advantage is written to it, so the store and the dashboard show the advantage the loss used
 without matching rows back to turns.
+
+`ExtraRows` is a second kind of row set: supervised targets an arm adds to the update (the echo arm's real
+answers), trained by `coef` x their token-mean NLL beside the policy loss (envace.trainers.update).
 """
 
 from __future__ import annotations
@@ -57,6 +60,19 @@ class TrainRow:
         turn = Turn(role=role, prompt_ids=prompt_ids, response_ids=response_ids, logprobs=old_logprobs, text="",
                     temperature=temperature, advantage=advantage)
         return cls(turn, prompt_index, trajectory_key, reward)
+
+
+@dataclass
+class ExtraRows:
+    """Supervised rows an arm adds to the update: `coef` x the token-mean NLL (temperature 1) of `rows`' response
+    tokens joins each optimizer step's loss. `name` prefixes the update metrics (`<name>_nll`, `<name>_tokens`,
+    `<name>_rows`) and seeds the set's own chunk order; `role` is the role its gradient counts for under per-role
+    clipping and the model that learns it under a per-role policy."""
+
+    name: str
+    rows: list[TrainRow]
+    coef: float
+    role: Role = Role.REHEARSE
 
 
 def is_empty_output(text: str) -> bool:

@@ -23,13 +23,13 @@ over all optimizer steps, plus entropy, reference KL, and the gradient noise sca
 (`envace.trainers.noise_scale`, first epoch: the on-policy gradient; the step then runs a random half
 of its prompts' micro-batches before the other half).
 
-Echo rows (`echo_rows`, `echo_coef` > 0: the echo arm, envace.trainers.echo) are a second, separate set of
-rows: supervised Rehearse targets, not policy-gradient rows. They are packed on their own, cut into as many
-chunks as there are policy mini-batches (chunk i joins optimizer step i; an order shuffled by its own seeded
-stream when there are several mini-batches, so the policy rows' order is unchanged), and each optimizer step
-adds `echo_coef` x the token-mean NLL (temperature 1) over its chunk's echo tokens to the policy loss.
-They appear in no policy-loss denominator, role metric or noise-scale estimate; with per-role clipping
-their gradient is part of the Rehearse role's. With `echo_coef` = 0 (or no echo rows) none of this runs.
+Extra rows (`extra`: `ExtraRows` sets an arm adds, e.g. the echo arm's real answers as Rehearse targets,
+envace.trainers.arms.echo) are separate sets of supervised rows, not policy-gradient rows. Each set is packed on
+its own, cut into as many chunks as there are policy mini-batches (chunk i joins optimizer step i; an order
+shuffled by the set's own seeded stream when there are several mini-batches, so the policy rows' order is
+unchanged), and each optimizer step adds the set's `coef` x the token-mean NLL (temperature 1) over its chunk's
+tokens to the policy loss. They appear in no policy-loss denominator, role metric or noise-scale estimate; with
+per-role clipping a set's gradient is part of its role's. A set with `coef` 0 (or no rows) runs none of this.
 
 A micro-batch's loss is envace.trainers.micro_loss. On CPU at more than one torch thread (`shards`, default
 one per thread) an optimizer step's micro-batches run that many at a time in thread shards
@@ -63,7 +63,7 @@ from envace.trainers.packing import (
     padded_tokens,
     tree_mask_kind,
 )
-from envace.trainers.train_rows import TrainRow
+from envace.trainers.train_rows import ExtraRows, TrainRow
 from envace.types import Role
 
 LOSS_METRICS = ("clip_frac", "dual_clip_frac", "approx_kl", "ratio_mean")
@@ -80,8 +80,7 @@ class StepStats:
     rows: int
     tokens: int
     metrics: dict[str, float]  # the loss function's metrics, token-weighted over the mini-batch
-    echo_nll: float | None = None  # token-mean NLL of the step's echo rows (None: none this step)
-    echo_tokens: int = 0
+    extra: dict[str, tuple[float, int]] = field(default_factory=dict)  # set name -> (token-mean NLL, tokens)
 
 
 @dataclass
@@ -118,11 +117,9 @@ def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
 
 class _Updater:
     def __init__(self, model, optimizer, rows, algo: AlgoConfig, pad_id, micro_batch, max_tokens, grad_clip, ref,
-                 full_logits, seed: int = 0, clip_per_role: bool = False, echo_rows=None, echo_coef: float = 0.0,
-                 runner: ShardRunner | None = None):
+                 full_logits, seed: int = 0, clip_per_role: bool = False, runner: ShardRunner | None = None):
         self.model, self.optimizer, self.rows, self.algo = model, optimizer, rows, algo
         self.runner = runner
-        self.echo_rows, self.echo_coef = echo_rows or [], echo_coef
         self.pad_id, self.micro_batch, self.max_tokens, self.grad_clip, self.ref = (pad_id, micro_batch, max_tokens,
                                                                                     grad_clip, ref)
         self.full_logits = full_logits
@@ -146,7 +143,8 @@ class _Updater:
         return [[p for p in packs if (self.rows[p.segments[0].row].prompt_index in first) == (h == 0)]
                 for h in (0, 1)]
 
-    def step(self, packs: list[Pack], epoch: int, index: int, echo: list[Pack] | None = None) -> StepStats:
+    def step(self, packs: list[Pack], epoch: int, index: int,
+             extra: list[tuple[ExtraRows, list[Pack]]] | None = None) -> StepStats:
         algo = self.algo
         self.optimizer.zero_grad(set_to_none=True)
         halves = self._halves(packs) if algo.grad_noise_scale and epoch == 0 else None
@@ -192,15 +190,19 @@ class _Updater:
                     half_grad[key] = delta if key not in half_grad else half_grad[key] + delta
                     half_share[key] += out.share
                     half_prompts[key].update(out.prompts)
-        echo_nll = None
-        echo_tok = sum(p.loss_tokens for p in echo or [])
-        if echo_tok:
-            echo_nll = self._echo(echo, echo_tok)
-            total_loss += self.echo_coef * echo_nll
-            if self.clip_per_role:  # a Rehearse target: its gradient counts as the Rehearse role's
+        extra_stats: dict[str, tuple[float, int]] = {}
+        for rows_set, chunk in extra or []:
+            tok = sum(p.loss_tokens for p in chunk)
+            if not tok:
+                continue
+            nll = self._supervised(rows_set, chunk, tok)
+            extra_stats[rows_set.name] = (nll, tok)
+            total_loss += rows_set.coef * nll
+            if self.clip_per_role:  # its gradient counts as its role's (echo: a Rehearse target)
                 flat = _flat_grad(self.params)
                 delta = flat if prev is None else flat - prev
-                key = Role.REHEARSE.value
+                prev = flat
+                key = rows_set.role.value
                 role_grad[key] = delta if key not in role_grad else role_grad[key] + delta
         if self.clip_per_role:
             grad_norm = self._clip_roles(role_grad)
@@ -216,7 +218,7 @@ class _Updater:
         self.optimizer.zero_grad(set_to_none=True)
         return StepStats(epoch=epoch, mini_batch=index, loss=total_loss, grad_norm=grad_norm, rows=n_rows,
                          tokens=n_tok, metrics={k: v / max(n_tok, 1) for k, v in step_sums.items()},
-                         echo_nll=echo_nll, echo_tokens=echo_tok)
+                         extra=extra_stats)
 
     def _run_micro_batches(self, mbs: list[tuple[int, list[Pack]]], n_tok: float, n_rows: float):
         """Yield (half, the micro-batch's MicroOut) in order, each micro-batch's gradient already added to
@@ -237,14 +239,15 @@ class _Updater:
                 add_grads(self.params, grads)
                 yield half, out
 
-    def _echo(self, packs: list[Pack], n_tok: int) -> float:
-        """Backward of echo_coef x token-mean NLL over `packs` (accumulated into the step's gradient); the NLL."""
+    def _supervised(self, rows_set: ExtraRows, packs: list[Pack], n_tok: int) -> float:
+        """Backward of coef x token-mean NLL over `packs` of `rows_set` (accumulated into the step's gradient);
+        the NLL."""
         nll = 0.0
         for mb in micro_batches(packs, self.micro_batch, self.max_tokens):
-            out = packed_logprobs(self.model, mb, self.echo_rows, self.pad_id, full_logits=self.full_logits,
+            out = packed_logprobs(self.model, mb, rows_set.rows, self.pad_id, full_logits=self.full_logits,
                                   max_tokens=self.max_tokens)
             part = -(out.logprobs * out.mask.to(out.logprobs.dtype)).sum() / n_tok
-            (self.echo_coef * part).backward()
+            (rows_set.coef * part).backward()
             nll += float(part.item())
         return nll
 
@@ -294,14 +297,15 @@ def _reference_logprobs(ref_model, packs: list[Pack], rows: list[TrainRow], pad_
 def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows: list[TrainRow],
                   algo: AlgoConfig, *, pad_id: int, micro_batch: int, grad_clip: float,
                   ref_model: torch.nn.Module | None = None, seed: int = 0, max_tokens: int | None = None,
-                  full_logits: bool = False, clip_per_role: bool = False, echo_rows: list[TrainRow] | None = None,
-                  echo_coef: float = 0.0, shards: int | None = None) -> UpdateResult:
+                  full_logits: bool = False, clip_per_role: bool = False, extra: list[ExtraRows] | None = None,
+                  shards: int | None = None) -> UpdateResult:
     """`algo.ppo_epochs` x `algo.ppo_mini_batches` optimizer steps on `rows` (a forward takes at most
     `micro_batch` sequences and `max_tokens` padded tokens). `seed` orders the mini-batches; `full_logits`
     forces the reference full-vocabulary head. Rows whose reward is NaN (unscored) are not trained on, nor Rehearse
     rows at `algo.rehearse_loss_weight` 0 (another weight scales their loss and their share of the denominator).
     `clip_per_role`: each role's gradient is clipped to `grad_clip` on its own before they are added.
-    `echo_rows` with `echo_coef` > 0: supervised Rehearse rows whose token-mean NLL is added (module docstring).
+    `extra`: supervised row sets, each adding its `coef` x its token-mean NLL (module docstring; a set with coef 0
+    or no rows is skipped).
     `shards`: micro-batches run this many at a time in thread shards (CPU only; None: one per torch thread)."""
     model.train()
     rows = [r for r in rows if not math.isnan(r.reward)]  # unscored: out of every denominator
@@ -314,9 +318,11 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
     if mode is PackMode.TREE and tree_mask_kind(model) is None:
         mode = PackMode.CHAIN  # the attention implementation takes no explicit mask
     packs = pack_rows(rows, mode)
-    echo_rows = list(echo_rows or []) if echo_coef > 0 else []
-    echo_packs = pack_rows(echo_rows, mode) if echo_rows else []
-    if not packs and not echo_packs:
+    sets = [ExtraRows(s.name, list(s.rows), s.coef, s.role) for s in extra or [] if s.coef > 0 and s.rows]
+    if len({s.name for s in sets}) != len(sets):
+        raise ValueError(f"extra row sets share a name ({[s.name for s in sets]}); give each set its own name")
+    extra_packs = [(s, pack_rows(s.rows, mode)) for s in sets]
+    if not packs and not extra_packs:
         return UpdateResult(loss=0.0, grad_norm=0.0, role_metrics={}, metrics={"optimizer_steps": 0.0})
     ref = None
     if algo.use_kl and ref_model is not None:
@@ -326,40 +332,45 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
     with contextlib.ExitStack() as stack:
         runner = stack.enter_context(ShardRunner(n_shards)) if n_shards > 1 else None
         upd = _Updater(model, optimizer, rows, algo, pad_id, micro_batch, max_tokens, grad_clip, ref, full_logits,
-                       seed, clip_per_role, echo_rows, echo_coef, runner)
-        steps = _optimizer_steps(upd, packs, echo_packs, algo, seed)
+                       seed, clip_per_role, runner)
+        steps = _optimizer_steps(upd, packs, extra_packs, algo, seed)
     n_rows = sum(len(p.segments) for p in packs)
     metrics = {"optimizer_steps": float(len(steps)), "forward_tokens": float(upd.forward_tokens),
                "loss_tokens": float(sum(p.loss_tokens for p in packs)),
                "packed_rows_per_seq": n_rows / len(packs) if packs else 0.0, **upd.noise.summary()}
-    echo_steps = [s for s in steps if s.echo_nll is not None and s.epoch == 0]
-    if echo_steps:  # first epoch: the NLL before the update moved the model
-        tok = sum(s.echo_tokens for s in echo_steps)
-        metrics["echo_nll"] = sum(s.echo_nll * s.echo_tokens for s in echo_steps) / tok
-        metrics["echo_tokens"] = float(tok)
-        metrics["echo_rows"] = float(len(echo_rows))
+    for rows_set in sets:  # first epoch: the NLL before the update moved the model
+        seen = [s.extra[rows_set.name] for s in steps if rows_set.name in s.extra and s.epoch == 0]
+        if seen:
+            tok = sum(t for _, t in seen)
+            metrics[f"{rows_set.name}_nll"] = sum(nll * t for nll, t in seen) / tok
+            metrics[f"{rows_set.name}_tokens"] = float(tok)
+            metrics[f"{rows_set.name}_rows"] = float(len(rows_set.rows))
     return UpdateResult(loss=sum(s.loss for s in steps) / len(steps),
                         grad_norm=sum(s.grad_norm for s in steps) / len(steps),
                         role_metrics=upd.role_metrics(), metrics=metrics, steps=steps)
 
 
-def _optimizer_steps(upd: _Updater, packs: list[Pack], echo_packs: list[Pack], algo: AlgoConfig,
-                     seed: int) -> list[StepStats]:
+def _optimizer_steps(upd: _Updater, packs: list[Pack], extra_packs: list[tuple[ExtraRows, list[Pack]]],
+                     algo: AlgoConfig, seed: int) -> list[StepStats]:
     """Epochs x mini-batches: one `_Updater.step` each, mini-batch order seeded."""
     rng = random.Random(seed)
-    echo_rng = random.Random(f"{seed}|echo")  # its own stream: the policy rows' mini-batch order is unchanged
+    # each extra set's own stream: the policy rows' mini-batch order is unchanged
+    extra_rngs = [random.Random(f"{seed}|{s.name}") for s, _ in extra_packs]
     steps: list[StepStats] = []
     for epoch in range(algo.ppo_epochs):
         order = list(packs)
         if algo.ppo_mini_batches > 1:
             rng.shuffle(order)
         minis = split_mini_batches(order, algo.ppo_mini_batches) if order else [[]]
-        echo_order = list(echo_packs)
-        if echo_order and len(minis) > 1:
-            echo_rng.shuffle(echo_order)
-        echo_chunks = split_mini_batches(echo_order, len(minis)) if echo_order else []
+        chunked = []
+        for (rows_set, set_packs), set_rng in zip(extra_packs, extra_rngs):
+            order_x = list(set_packs)
+            if order_x and len(minis) > 1:
+                set_rng.shuffle(order_x)
+            chunked.append((rows_set, split_mini_batches(order_x, len(minis)) if order_x else []))
         for index, mini in enumerate(minis):
-            steps.append(upd.step(mini, epoch, index, echo_chunks[index] if index < len(echo_chunks) else None))
+            steps.append(upd.step(mini, epoch, index, [(rs, chunks[index]) for rs, chunks in chunked
+                                                       if index < len(chunks)]))
     return steps
 
 

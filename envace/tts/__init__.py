@@ -8,6 +8,7 @@ strategy; then ONE committed execution in the real environment.
 - phase.py: the private phase's records and what a strategy reads; prompts.py: reviews, the prose memory.
 - private.py: the private phase (`rehearse_privately`); rollout.py: token level (`tts_rollout`, the tool
   world); chat.py: chat level (`TTSPolicy` for the benchmarks, `tts_chat_episode`).
+- sft_data.py: SFT rows that teach these prompts (`SFTConfig.tts_prompts`; training tasks only).
 The diagnosis (`envace tts diagnose`: oracle and placebo bounds) is envace.evaluation.tts_diagnosis.
 """
 

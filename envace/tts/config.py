@@ -1,10 +1,11 @@
 """Test-time rehearsal (TTS) settings: one `TTSConfig` for every entry point (`envace eval`'s `tts.*`, the TTS
 sweep's axes `tts.n` / `tts.mode` / `tts.memory`, `envace tts diagnose`, the benchmarks' `TTSPolicy`).
 
-N (private rehearsals before the one committed run; 0 is the plain run), the mode and the memory strategy
-live here with the other knobs and are checked once, at construction: the bound on N is `MAX_N`, the
-strategies are the names registered in envace.tts.strategies. `DEFAULT_N_GRID` / `DEMO_N_GRID` are the N
-lists of the TTS sweep flow and of the demo.
+N (private rehearsals before the one committed run; 0 is the plain run), the mode, the memory strategy and
+the engine of the private phase's Rehearse calls (the policy, or the prompted simulator) live here with the
+other knobs and are checked once, at construction: the bound on N is `MAX_N`, the strategies are the names
+registered in envace.tts.strategies. `DEFAULT_N_GRID` / `DEMO_N_GRID` are the N lists of the TTS sweep flow
+and of the demo.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ class TTSConfig(BaseConfig):
     transcript_max_chars: int = Field(
         1200, ge=40, description="Each transcript shown to a review / memory prompt is cropped to this.")
     enable_thinking: bool = Field(False, description="Let the model think before reviews and the memory.")
+    engine: Literal["policy", "simulator"] = Field(
+        "policy", description="Who writes the private rehearsals' tool responses: policy (its own Rehearse role) or "
+        "simulator (the prompted simulator, envace.roles.prompted_simulator, on the `simulator` model slot).")
 
     @field_validator("n", mode="before")
     @classmethod

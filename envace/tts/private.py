@@ -11,6 +11,11 @@ episode is reviewed ("Achieved: yes/no" + a fix). Departures (the paper gives no
 are ours; episodes ended by a limit or a rehearsed error are reviewed too; a review or memory prompt that
 cannot fit the context is skipped and recorded in `skipped`.
 
+`tts.engine=simulator`: the private episodes run in simulator mode, their tool responses written by
+`simulator` (a frozen engine asked with the prompted simulator's prompt and read by its lenient parser,
+envace.rollout.simulator_seat) instead of the policy's Rehearse role; Act, reviews and the memory stay the
+policy's. The simulator is no environment: it sees the same private view and nothing more.
+
 Diagnostic only: `world` (an environment factory) turns the private episodes into env-mode episodes
 against those environments, i.e. rehearsal with the world's true responses (the oracle bound of
 envace.evaluation.tts_diagnosis). Its caller must hand a private copy, never the committed run's environment.
@@ -34,10 +39,17 @@ from envace.types import Environment, Mode, Task, Trajectory
 def rehearse_privately(views: list[Task], engine: GenerationEngine, cfg: RolloutConfig, tts: TTSConfig, *,
                        seed: int, step: int = 0, enable_thinking: bool = True, memories: list[str] | None = None,
                        user_turns: list[int] | None = None,
-                       world: Callable[[], Environment] | None = None) -> list[PrivatePhase]:
+                       world: Callable[[], Environment] | None = None,
+                       simulator: GenerationEngine | None = None) -> list[PrivatePhase]:
     """The private phase for each view (see `private_view`): `tts.n` rehearsals, their reviews, the memory.
     `memories[p]` is view p's memory from earlier user turns (shown to the prose memory prompt). `world`: the
-    oracle bound (module docstring); None, the method: Rehearse writes every response."""
+    oracle bound (module docstring); None, the method: Rehearse writes every response, or with
+    `tts.engine=simulator` the prompted `simulator` engine does."""
+    if (tts.engine == "simulator") != (simulator is not None):
+        raise ValueError(f"tts.engine={tts.engine!r} but {'no' if simulator is None else 'a'} simulator engine was "
+                         "given; the simulator seat needs both (tts.engine=simulator and a `simulator` model slot)")
+    if simulator is not None and world is not None:
+        raise ValueError("the private phase takes one source of responses: the oracle world or the simulator")
     phases = [PrivatePhase(user_turn=(user_turns[p] if user_turns else 0), strategy=tts.memory)
               for p in range(len(views))]
     if tts.n == 0 or not views:
@@ -46,9 +58,10 @@ def rehearse_privately(views: list[Task], engine: GenerationEngine, cfg: Rollout
     private_cfg = cfg.model_copy(update={
         "act": cfg.act.model_copy(update={"temperature": tts.explore_temperature}),
         "rehearse": cfg.rehearse.model_copy(update={"temperature": tts.explore_temperature}),
-        "few_shot": False})  # no reference (call, response) pairs in the Rehearse prompt
-    common = dict(policy=engine, cfg=private_cfg, mode=Mode.REHEARSE if world is None else Mode.ENV,
-                  env_factory=world, step=step, rehearse_style=cfg.rehearse_style, enable_thinking=enable_thinking)
+        "few_shot": False, "simulator_prompt": "prompted"})  # no reference (call, response) pairs in any prompt
+    mode = Mode.ENV if world is not None else Mode.SIMULATOR if simulator is not None else Mode.REHEARSE
+    common = dict(policy=engine, cfg=private_cfg, mode=mode, env_factory=world, simulator=simulator, step=step,
+                  rehearse_style=cfg.rehearse_style, enable_thinking=enable_thinking)
     if tts.mode is TTSMode.PARALLEL:
         rseed = derive_seed(seed, "tts-private")
         trajs = run_rollout(views, k=tts.n, seed=rseed, prefixes=prefixes, **common)

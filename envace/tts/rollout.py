@@ -15,6 +15,8 @@ Isolation is structural: no private phase is given an environment, and for the f
 Records: `traj.tts` on committed and private trajectories (see `tts_rollout`); `envace.store.tts` links them.
 `private_world` (diagnostic only, envace.evaluation.tts_diagnosis): the private episodes run against private
 copies of the world instead of Rehearse, the oracle bound; never the committed run's `env_factory`.
+`simulator` (with `tts.engine=simulator`): the engine that writes the private episodes' tool responses in place
+of the policy's Rehearse role (envace.tts.private); the committed run never asks it.
 """
 
 from __future__ import annotations
@@ -96,8 +98,9 @@ def _link(phase: PrivatePhase, tts: TTSConfig, attempt: int) -> None:
 def _attempt(tasks: list[Task], engine: GenerationEngine, cfg: RolloutConfig, commit_cfg: RolloutConfig,
              tts: TTSConfig, env_factory: Callable[[], Environment], attempt: int, seed: int, step: int,
              enable_thinking: bool, commit_seed: int,
-             private_world: Callable[[], Environment] | None) -> list[Trajectory]:
-    private = dict(step=step, enable_thinking=enable_thinking, world=private_world)
+             private_world: Callable[[], Environment] | None,
+             simulator: GenerationEngine | None = None) -> list[Trajectory]:
+    private = dict(step=step, enable_thinking=enable_thinking, world=private_world, simulator=simulator)
     first = rehearse_privately([first_view(t) for t in tasks], engine, cfg, tts,
                                seed=derive_seed(seed, "tts-private", 0), **private)
     phases: list[list[PrivatePhase]] = [[ph] for ph in first]
@@ -148,7 +151,8 @@ def _attempt(tasks: list[Task], engine: GenerationEngine, cfg: RolloutConfig, co
 def tts_rollout(tasks: list[Task], policy_engine: GenerationEngine, cfg: RolloutConfig, tts: TTSConfig,
                 env_factory: Callable[[], Environment], seed: int, *, k: int = 1, step: int = 0,
                 enable_thinking: bool = True,
-                private_world: Callable[[], Environment] | None = None) -> list[Trajectory]:
+                private_world: Callable[[], Environment] | None = None,
+                simulator: GenerationEngine | None = None) -> list[Trajectory]:
     """k attempts per task of: `tts.n` private rehearsals, then one committed env-mode episode. Returns the
     committed trajectories ordered by (task, attempt); their private ones are in `traj.tts["private"]`.
 
@@ -178,7 +182,7 @@ def tts_rollout(tasks: list[Task], policy_engine: GenerationEngine, cfg: Rollout
             t.reward_breakdown["tts"] = summary
         return trajs
     by_attempt = [_attempt(tasks, policy_engine, cfg, commit_cfg, tts, env_factory, a,
-                           derive_seed(seed, "tts-attempt", a), step, enable_thinking, seed, private_world)
+                           derive_seed(seed, "tts-attempt", a), step, enable_thinking, seed, private_world, simulator)
                   for a in range(k)]
     out = []
     for p in range(len(tasks)):

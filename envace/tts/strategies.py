@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from envace.registry import Registry
 from envace.rollout.seeds import derive_seed
 from envace.tts.phase import Memory, MemoryInputs, cap_words, generate_notes, imagined, said_requests
 from envace.tts.prompts import memory_prompt
@@ -34,40 +35,27 @@ from envace.tts.structured import best_rehearsal, bounded, call_line, rehearsal_
 from envace.types import Role
 
 MemoryStrategy = Callable[[MemoryInputs], list[Memory]]
-_STRATEGIES: dict[str, MemoryStrategy] = {}
-_NOTELESS: set[str] = set()  # strategies that never write a note (the diagnosis's placebo rows replace a note)
+STRATEGIES: Registry[MemoryStrategy] = Registry("TTS memory strategy")
 
 
 def register_memory(name: str, *, note: bool = True) -> Callable[[MemoryStrategy], MemoryStrategy]:
     """Decorator: `@register_memory("name")` adds a strategy; a different function under a taken name raises.
     `note=False`: the strategy gives the committed run something other than a memory note."""
-    def add(fn: MemoryStrategy) -> MemoryStrategy:
-        taken = _STRATEGIES.get(name)
-        if taken is not None and taken is not fn:
-            raise ValueError(f"TTS memory strategy {name!r} is already registered to {taken.__qualname__}; pick "
-                             "another name")
-        _STRATEGIES[name] = fn
-        if not note:
-            _NOTELESS.add(name)
-        return fn
-    return add
+    return STRATEGIES.register(name, note=note)
 
 
 def writes_note(name: str) -> bool:
     """Whether strategy `name` gives the committed run a memory note (registered with note=True)."""
-    memory_strategy(name)
-    return name not in _NOTELESS
+    return bool(STRATEGIES.info(name).get("note", True))
 
 
 def memory_names() -> list[str]:
-    return sorted(_STRATEGIES)
+    return STRATEGIES.names()
 
 
 def memory_strategy(name: str) -> MemoryStrategy:
-    """The strategy registered as `name`; an unknown name raises, listing the known ones."""
-    if name not in _STRATEGIES:
-        raise ValueError(f"unknown TTS memory strategy {name!r}; known: {', '.join(memory_names())}")
-    return _STRATEGIES[name]
+    """The strategy registered as `name`; an unknown name raises UnknownName, listing the valid ones."""
+    return STRATEGIES.get(name)
 
 
 def _structured(inp: MemoryInputs, with_results: bool) -> list[Memory]:

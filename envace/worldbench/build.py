@@ -3,7 +3,7 @@
 Layout: `<out>/<source>/train.jsonl`, `<out>/<source>/test.jsonl` (JSON Lines, key-sorted, in task order:
 a rebuild with the same config and benchmark versions is byte-identical) and `<out>/manifest.json`
 with the config, the benchmark package versions, per-source counts (gold vs perturbed, error share, per
-perturbation kind) and the DVC md5 of each data file and of the data dirs (envace.tracking.dvc_hash,
+perturbation kind) and the DVC md5 of each data file and of the data dirs (envace.provenance.dvc_hash,
 the hash DVC records; `dvc.yaml`'s worldbench stage tracks the dir, or `dvc_repo=<root>` runs `dvc add`
 on it through envace.data.versioning). A source that fails to import or
 run raises naming the source and the fix; nothing of that build is left under the final dir names
@@ -19,34 +19,24 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from envace.tracking.dvc_hash import content_hash
+from envace.provenance.dvc_hash import content_hash
 from envace.worldbench.config import BuildConfig
-from envace.worldbench.records import CallKind, Source, Split, Transition, read_transitions, write_transitions
-from envace.worldbench.script import TaskScript, record_task
-
-
-def _scripts(cfg: BuildConfig, source: Source) -> list[TaskScript]:
-    if source is Source.TAU2:
-        from envace.worldbench.sources.tau2 import tau2_scripts
-
-        return tau2_scripts(cfg.tau2_domains, limit=cfg.tau2_limit)
-    if source is Source.BFCL:
-        from envace.worldbench.sources.bfcl import bfcl_scripts
-
-        return bfcl_scripts(cfg.bfcl_categories, seed=cfg.seed, test_fraction=cfg.test_fraction, limit=cfg.bfcl_limit)
-    if source is Source.VITA:
-        from envace.worldbench.sources.vita import vita_scripts
-
-        return vita_scripts(cfg.vita_checkout or "", cfg.vita_sets, language=cfg.vita_language,
-                            calls_file=cfg.vita_calls, seed=cfg.seed, test_fraction=cfg.test_fraction)
-    from envace.worldbench.sources.world import world_scripts
-
-    return world_scripts(cfg.world_train, cfg.world_test, cfg.seed)
+from envace.worldbench.records import (
+    CallKind,
+    Source,
+    Split,
+    Transition,
+    read_transitions,
+    source_named,
+    write_transitions,
+)
+from envace.worldbench.script import record_task
+from envace.worldbench.sources.benchmark import source_scripts
 
 
 def record_source(cfg: BuildConfig, source: Source) -> list[Transition]:
     out: list[Transition] = []
-    for script in _scripts(cfg, source):
+    for script in source_scripts(cfg, source):
         out += record_task(script, cfg.seed, perturbed=cfg.perturbed)
     ids = Counter(t.id for t in out)
     dup = [i for i, n in ids.items() if n > 1]
@@ -135,7 +125,9 @@ def source_dirs(data: str | Path) -> dict[Source, Path]:
     root = Path(data)
     if not root.is_dir():
         raise FileNotFoundError(2, "worldbench data dir not found; run `envace worldbench build` first", str(root))
-    found = {s: root / s.value for s in Source if (root / s.value / "test.jsonl").is_file()}
+    extra = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in {s.value for s in Source})
+    sources = [*Source, *(s for s in map(source_named, extra) if s is not None)]  # built-ins first
+    found = {s: root / s.value for s in sources if (root / s.value / "test.jsonl").is_file()}
     if not found:
         raise FileNotFoundError(2, "holds no <source>/test.jsonl; run `envace worldbench build --out` into it",
                                 str(root))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -31,6 +31,9 @@ class BuildConfig(BaseConfig):
                                    "(default: the tasks' own message_history).")
     vita_sets: list[str] = Field(default_factory=lambda: ["delivery", "instore", "ota"], description="VitaBench sets.")
     vita_language: str = Field("en", description="VitaBench task language: en | zh.")
+    benchmark_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Extra replay_tasks options per benchmark source, by name (a benchmark "
+        "added later gets only these; docs/extending.md).")
     world_train: int = Field(60, ge=1, description="Built-in world train tasks.")
     world_test: int = Field(60, ge=1, description="Built-in world test tasks.")
     dvc_repo: str | None = Field(None, description="Also `dvc add` (and push) the output dir in this DVC repository "

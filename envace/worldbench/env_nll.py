@@ -5,7 +5,7 @@ entity) pairs no training task holds; τ², BFCL and VitaBench responses were ne
 policy reads the real response in the format its Rehearse role was trained to write it: the Rehearse chat
 of the configured style (envace.worldbench.predict.prompt_messages, the scoring prompt, with the same
 history / few-shot cuts to fit the context), then `<execution_result>` + the response's target value +
-the end-of-turn token, as SFT's Rehearse targets are (envace.trainers.sft.rehearse_samples). The NLL is
+the end-of-turn token, as SFT's Rehearse targets are (envace.trainers.sft_samples.rehearse_samples). The NLL is
 minus the log-probability of those target tokens.
 
 Reported: the mean over transitions of each transition's per-token NLL (`nll`, with a bootstrap interval

@@ -8,7 +8,7 @@ temperature 1, the output layer only at completion positions), in batches of `ba
 A (prompt, completion) pair longer than the model's context (`max_position_embeddings`) is not run: its
 result is None and the caller counts it.
 
-`act_pair` is the Act role's (prompt, completion) as SFT builds it (envace.trainers.sft.act_samples): the
+`act_pair` is the Act role's (prompt, completion) as SFT builds it (envace.trainers.sft_samples.act_samples): the
 prompt is the conversation rendered by the chat template with the tools and a generation prompt
 (envace.roles.act.act_prompt_ids); the completion is the template's rendering of the next assistant message,
 up to and including the end-of-turn token, encoded as a training target (envace.chat_tokens.encode_target).

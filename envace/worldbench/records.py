@@ -39,10 +39,32 @@ REBUILD = "rebuild with `envace worldbench build`"
 
 
 class Source(str, Enum):
+    """The built-in sources. A benchmark registered with a `transitions` function (docs/extending.md, "A fifth
+    benchmark") is a source too: `Source("<its name>")` makes it a member on first use (iterating `Source`
+    lists the built-ins only)."""
+
     TAU2 = "tau2"
     BFCL = "bfcl"
     VITA = "vita"
     WORLD = "world"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Source | None:
+        from envace.benchmarks.transitions import has_transitions
+
+        if not isinstance(value, str) or not has_transitions(value):
+            return None
+        member = str.__new__(cls, value)
+        member._name_, member._value_ = value.upper(), value
+        return cls._value2member_map_.setdefault(value, member)
+
+
+def source_named(name: str) -> Source | None:
+    """The source called `name` (a built-in, or a registered benchmark with transitions), else None."""
+    try:
+        return Source(name)
+    except ValueError:
+        return None
 
 
 class CallKind(str, Enum):

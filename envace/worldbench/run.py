@@ -126,12 +126,19 @@ def metrics(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _log_mlflow(cfg: ScoreConfig, result: dict[str, Any], out: Path) -> str:
-    from envace.tracking.mlflow_run import start_run
+def _locations(cfg: ScoreConfig, out: Path) -> Any:
+    """envace.tracking.locations: `<out>/mlflow.db` and `<out>/store.db` unless `tracking.*` names them."""
+    from envace.tracking.locations import Kind, locations
 
-    uri = cfg.tracking.mlflow_uri or f"sqlite:///{(out / 'mlflow.db').resolve()}"
-    with start_run(uri, cfg.tracking.experiment, "worldbench", cfg, parent_run_id=cfg.tracking.parent_run_id,
-                   tags={"envace.kind": "worldbench"}, input_paths=[cfg.data]) as run:
+    return locations(out, Kind.WORLDBENCH, mlflow_uri=cfg.tracking.mlflow_uri, store_url=cfg.tracking.store_url)
+
+
+def _log_mlflow(cfg: ScoreConfig, result: dict[str, Any], out: Path) -> str:
+    from envace.tracking.run_record import RunRecord
+
+    with RunRecord(_locations(cfg, out)) as record:
+        run = record.start_mlflow(cfg.tracking.experiment, "worldbench", cfg, kind="worldbench",
+                                  parent_run_id=cfg.tracking.parent_run_id, input_paths=[cfg.data])
         run.log_step_metrics(0, metrics(result))
         run.log_artifact(out / "worldbench.json", "worldbench")
         return run.run_id
@@ -141,7 +148,7 @@ def _store(cfg: ScoreConfig, per_row: dict[str, list], result: dict[str, Any], o
     from envace.store.session import upgrade
     from envace.store.worldbench_rows import put_worldbench_scores
 
-    url = cfg.tracking.store_url or str(out / "store.db")
+    url = _locations(cfg, out).store_url
     upgrade(url)
     run_ids = {}
     for name, scores in per_row.items():

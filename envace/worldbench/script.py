@@ -1,7 +1,8 @@
 """Recording one task: its script of gold calls executed in a fresh environment, plus perturbed calls.
 
 A source turns each benchmark task into a `TaskScript`: the tools, the opening messages, and a sequence
-of steps, each a user message (BFCL's turns) or a gold call. `record_task` executes the gold calls in
+of steps (`Step`, envace.benchmarks.transitions: the records every adapter's transitions.py returns), each
+a conversation message (BFCL's turns) or a gold call. `record_task` executes the gold calls in
 order in one environment (`Executor`, built fresh by the script's factory), one transition per call with
 the conversation so far; then, for each perturbation kind, one seeded call position where the
 perturbation applies: a NEW environment replays the gold calls before it and executes the perturbed
@@ -18,24 +19,13 @@ import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from envace.benchmarks.transitions import Executor, Step
 from envace.worldbench.perturb import perturb
 from envace.worldbench.records import CallKind, Source, Split, Transition
 
 PERTURBED_KINDS = (CallKind.WRONG_ID, CallKind.OUT_OF_RANGE, CallKind.MISSING_ARG)
-
-
-class Executor(Protocol):
-    def execute(self, call: dict[str, Any], requestor: str) -> tuple[str, bool]:
-        """(response text, is_error) of one call, as the benchmark's environment answered it."""
-
-
-@dataclass
-class Step:
-    message: dict[str, Any] | None = None  # a user message, or
-    call: dict[str, Any] | None = None  # a gold call {"name", "arguments"}
-    requestor: str = "assistant"  # τ² telecom: "user" for the user's device tools
 
 
 @dataclass

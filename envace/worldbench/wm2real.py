@@ -4,7 +4,7 @@ A rehearsed episode is the Act checkpoint playing a built-in tool-world test tas
 answers every call (envace.rollout.machine, `simulator` mode with the scored model slot, or `rehearse`
 mode with the Act checkpoint's own Rehearse role when no slot is given; Rehearse few-shot from the
 training split, as evaluation draws it). Its answered calls are then replayed, in order, in a fresh real
-`WorldEnvironment` (envace.trainers.shadow.real_messages): the same actions with the real answers.
+`WorldEnvironment` (envace.trainers.arms.shadow.real_messages): the same actions with the real answers.
 Per episode:
 - **task success agreement**: the rehearsed verdict equals the real one, both given by the task's CM2
   checklist rules (envace.rewards.rule_judge, the rehearse-mode reward: a turn scores 0 when one of its calls
@@ -113,7 +113,7 @@ def _success(traj: Trajectory, messages: list[Message]) -> bool:
 
 def episode_agreement(traj: Trajectory, seed: int = 0) -> EpisodeAgreement:
     """Replay `traj`'s answered calls in the real tool world and compare (module docstring)."""
-    from envace.trainers.shadow import real_messages
+    from envace.trainers.arms.shadow import real_messages
     from envace.worlds.environment import WorldEnvironment
 
     real_env = WorldEnvironment()

@@ -1,32 +1,28 @@
-"""The one explicit registry of tool-world domains, by name.
+"""The one explicit registry of tool-world domains, by name (an `envace.registry.Registry` family).
 
 Registering a second, different domain under a taken name raises; asking for an unknown name raises
-with the list of valid names. The three built-in domains are registered here, in one place.
+`UnknownName` with the list of valid names. The three built-in domains are registered here, in one place.
 """
 
 from __future__ import annotations
 
+from envace.registry import Registry
 from envace.worlds.base import DomainSpec
 
-_DOMAINS: dict[str, DomainSpec] = {}
+DOMAINS: Registry[DomainSpec] = Registry("tool-world domain")
 
 
 def register_domain(domain: DomainSpec) -> DomainSpec:
-    taken = _DOMAINS.get(domain.name)
-    if taken is not None and taken is not domain:
-        raise ValueError(f"domain {domain.name!r} is already registered; pick another name")
-    _DOMAINS[domain.name] = domain
-    return domain
+    """Add `domain` under its own `name` (the very same spec again is a no-op)."""
+    return DOMAINS.add(domain.name, domain)
 
 
 def get_domain(name: str) -> DomainSpec:
-    if name not in _DOMAINS:
-        raise ValueError(f"unknown tool-world domain {name!r}; valid domains: {sorted(_DOMAINS)}")
-    return _DOMAINS[name]
+    return DOMAINS.get(name)
 
 
 def domain_names() -> list[str]:
-    return sorted(_DOMAINS)
+    return DOMAINS.names()
 
 
 def _register_builtins() -> None:

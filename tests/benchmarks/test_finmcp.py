@@ -12,7 +12,7 @@ import pytest
 
 from envace.benchmarks.finmcp.benchmark import FinMCPBenchmark
 from envace.benchmarks.finmcp.data import FinMCPDataError, load_records, load_tool_schemas
-from envace.benchmarks.finmcp.replay import MISS_PAYLOAD
+from envace.benchmarks.finmcp.runner import MISS_PAYLOAD
 from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
@@ -161,3 +161,27 @@ def test_finmcp_gold_replay_scores_one(tmp_path):
     assert outcome.result.groups["TF1_macro"] == 1.0 and outcome.result.groups["EMR"] == 1.0
     # every gold call finds its recorded result: r1 one call, r2 three, r3 one + two
     assert outcome.result.meta["replay"] == {"exact": 7, "name": 0, "miss": 0}
+
+
+def test_finmcp_transitions_replay_the_recorded_results(data_file, tmp_path):
+    from envace.worldbench.build import build
+    from envace.worldbench.config import BuildConfig
+    from envace.worldbench.records import CallKind, read_transitions
+
+    out = tmp_path / "wb"
+    build(BuildConfig(out=str(out), sources=["finmcp"], benchmark_options={"finmcp": {"data_path": str(data_file)}}))
+    rows = [t for s in ("train", "test") for t in read_transitions(out / "finmcp" / f"{s}.jsonl")]
+    gold = {(t.task_id, t.position): t for t in rows if t.kind is CallKind.GOLD}
+    # by hand from RECORDS: r1 one call, r2 three, r3 three; each answered with its own recorded result
+    assert sorted(gold) == [("r1", 0), ("r2", 0), ("r2", 1), ("r2", 2), ("r3", 0), ("r3", 1), ("r3", 2)]
+    assert [gold[("r3", i)].response for i in range(3)] == ['{"fund": "003"}', '{"nav": 1.0}', '{"nav": 0.9}']
+    assert gold[("r2", 1)].call == {"name": "GetFund", "arguments": {"code": "002"}}
+    assert not any(t.is_error for t in gold.values()) and {t.domain for t in rows} == {"Market", "Fund"}
+    # r3's second turn: system opening, the first turn (user, call, reply), then the second user message
+    h = gold[("r3", 1)].history
+    assert [m["role"] for m in h] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert h[0]["content"] == "You are a fund assistant." and h[3]["content"] == '{"fund": "003"}'
+    # the only perturbation that applies is r3's numeric `week` made -999, answered by name from the recordings
+    (p,) = [t for t in rows if t.kind is not CallKind.GOLD]
+    assert (p.task_id, p.kind, p.call["arguments"]["week"]) == ("r3", CallKind.OUT_OF_RANGE, -999)
+    assert p.response in ('{"nav": 1.0}', '{"nav": 0.9}') and not p.is_error

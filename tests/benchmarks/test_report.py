@@ -43,9 +43,7 @@ def test_table_shows_ours_beside_the_paper_and_finmcp_apart():
         report_table([result("bfcl", 0.4), result("bfcl", 0.5)])
 
 
-def test_registry(monkeypatch):
-    monkeypatch.setattr(base, "_REGISTRY", {})
-
+def test_registry():
     class Dummy:
         name = "dummy"
 
@@ -56,13 +54,17 @@ def test_registry(monkeypatch):
         return Dummy()
 
     register_benchmark("dummy", factory)
-    register_benchmark("dummy", factory)  # same factory again: fine
-    assert "dummy" in available_benchmarks() and "bfcl" in available_benchmarks()
-    assert isinstance(base.get_benchmark("dummy"), base.Benchmark)
-    with pytest.raises(ValueError, match="already registered"):
-        register_benchmark("dummy", lambda **kw: Dummy())
-    with pytest.raises(KeyError, match="valid names: bfcl, dummy"):
-        base.get_benchmark("nope")
+    try:
+        register_benchmark("dummy", factory)  # same factory again: fine
+        assert "dummy" in available_benchmarks() and "bfcl" in available_benchmarks()
+        assert isinstance(base.get_benchmark("dummy"), base.Benchmark)
+        with pytest.raises(ValueError, match="already registered"):
+            register_benchmark("dummy", lambda **kw: Dummy())
+        with pytest.raises(KeyError, match="valid names: bfcl, dummy, finmcp, tau2, vita$"):
+            base.get_benchmark("nope")
+    finally:
+        base.BENCHMARKS.remove("dummy")
+    assert "dummy" not in available_benchmarks()
 
 
 def test_bfcl_notes_say_what_ran_and_what_the_headline_means(bfcl_modules):

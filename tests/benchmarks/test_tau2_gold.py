@@ -30,7 +30,7 @@ class DoNothing:
 
 
 def _tasks(t2, domain, n=None):
-    from envace.benchmarks.tau2.loader import load_tasks
+    from envace.benchmarks.tau2.data import load_tasks
 
     tasks = load_tasks(t2, domain, "test")
     return tasks[:n] if n is not None else tasks
@@ -173,7 +173,7 @@ def test_an_evaluator_exception_is_that_tasks_error_and_the_run_goes_on(t2):
 
     from envace.benchmarks.base import BenchmarkResult
     from envace.benchmarks.tau2.benchmark import Tau2Benchmark
-    from envace.benchmarks.tau2.loader import load_task_file
+    from envace.benchmarks.tau2.data import load_task_file
 
     path = Path(__file__).parent / "fixtures" / "tau2_mock_tasks.json"
     tasks = load_task_file(t2, path)

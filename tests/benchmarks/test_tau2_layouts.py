@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 
 from envace.benchmarks.tau2.agents import adapter_classes
-from envace.benchmarks.tau2.loader import Tau2Modules
+from envace.benchmarks.tau2.data import Tau2Modules
 from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
@@ -133,7 +133,7 @@ def test_user_turns_follow_the_public_contract_in_both_layouts(layout):
 
 
 def test_a_clone_is_named_by_its_own_version_and_commit(tmp_path):
-    from envace.benchmarks.tau2.loader import checkout_version
+    from envace.benchmarks.tau2.data import checkout_version
 
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "tau2"\nversion = "1.0.1"\n')
     (tmp_path / ".git" / "refs" / "heads").mkdir(parents=True)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from envace.benchmarks.tau2.metrics import avg_at_k, is_success, mean_pass_hat_k, pass_hat_k, pass_hat_ks
+from envace.benchmarks.tau2.scoring import avg_at_k, is_success, mean_pass_hat_k, pass_hat_k, pass_hat_ks
 
 
 def test_pass_hat_k_hand_worked():

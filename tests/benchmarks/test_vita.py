@@ -21,7 +21,7 @@ import pytest
 
 from envace.benchmarks.vita.benchmark import VitaBenchmark
 from envace.benchmarks.vita.data import VitaDataError, VitaTask, load_tasks, rubrics_of
-from envace.benchmarks.vita.judge import RubricJudge, format_window, sliding_windows
+from envace.benchmarks.vita.scoring import RubricJudge, format_window, sliding_windows
 from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from dashboard.settings import load_settings, resolve_mlflow_uri
 from envace.dashboard_launch import ENV_MLFLOW, ENV_STORE, app_path, dashboard_command
+from envace_dashboard.settings import load_settings, resolve_mlflow_uri
 
 
 def test_command_binds_loopback_by_default_and_passes_settings(tmp_path):

@@ -7,7 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from dashboard.tables import (
+from envace.config import flatten
+from envace_dashboard.tables import (
     ABSENT,
     METRIC_GROUPS,
     benchmark_details,
@@ -25,7 +26,6 @@ from dashboard.tables import (
     tts_frame,
     tts_lines,
 )
-from envace.config import flatten
 
 
 def test_flatten_and_config_diff():
@@ -126,13 +126,15 @@ def test_sweep_table_shows_the_flow_display_and_labels_by_group():
 
 def test_benchmark_tables():
     paper = {"P (paper)": {"bfcl": 46.04, "tau2": 36.7, "vita": 16.0, "overall": 32.91}}
-    report = {"ours": {"bfcl": 30.0, "tau2": 20.0, "vita": None, "overall": None},
+    report = {"ours": {"bfcl": 30.0, "tau2": 20.0, "vita": None, "overall": None}, "paper": paper,
               "benchmarks": {"bfcl": {"overall": 0.3, "k": 2, "limit": 5, "departures": ["a", "b"],
                                       "models": {"policy": "p", "user_simulator": None, "judge": "j"}}}}
-    t = benchmark_table(report, "ours", paper)
+    t = benchmark_table(report, "ours")
     assert t["model"].tolist() == ["P (paper)", "ours"]
     assert t.iloc[0, 1:].tolist() == [46.04, 36.7, 16.0, 32.91]
     assert t.iloc[1]["BFCL-v4"] == 30.0 and pd.isna(t.iloc[1]["Overall"])
+    alone = benchmark_table({k: v for k, v in report.items() if k != "paper"}, "ours")  # a report without them
+    assert alone["model"].tolist() == ["ours"] and alone.iloc[0]["τ²-Bench"] == 20.0
     d = benchmark_details(report).iloc[0]
     assert math.isclose(d["score (%)"], 30.0) and d["judge"] == "j" and d["departures"] == 2
 

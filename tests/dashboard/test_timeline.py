@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from dashboard.timeline import (
+from envace.store.models import TrajectoryMode
+from envace.store.records import FidelityRecord, TrajectoryRecord, TrajectorySummary, TurnRecord
+from envace.types import CallRef, ErrorCode, Mode, Observation, Role, ToolCall
+from envace_dashboard.timeline import (
     ActBlock,
     OtherBlock,
     UserBlock,
@@ -16,9 +19,6 @@ from dashboard.timeline import (
     tokens_by_role,
     turn_rows,
 )
-from envace.store.models import TrajectoryMode
-from envace.store.records import FidelityRecord, TrajectoryRecord, TrajectorySummary, TurnRecord
-from envace.types import CallRef, ErrorCode, Mode, Observation, Role, ToolCall
 
 
 def turn(i, role, text="", **kw) -> TurnRecord:

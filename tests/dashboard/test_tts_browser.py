@@ -82,7 +82,7 @@ def tts_store(tmp_path_factory):
 
 
 def test_store_query_and_comparison(tts_store):
-    from dashboard.tts_view import comparisons
+    from envace_dashboard.tts_view import comparisons
 
     store, commit_id, private_ids = tts_store
     with read_only_session(store) as s:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from envace.data.versioning import add_dataset
-from envace.tracking.dvc_hash import data_hash
+from envace.provenance.dvc_hash import data_hash
 
 
 @pytest.fixture(autouse=True)

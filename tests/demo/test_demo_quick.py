@@ -44,7 +44,7 @@ def test_quick_demo_runs_every_stage(tmp_path):
     # Checkpoints with identical weights share their runs (in the quick run both RL methods may see only
     # zero advantages, so weight decay alone moves them, identically); quick: 6 test tasks, greedy = seed 0
     # plus its rehearse-mode fidelity pass, T=1 = seed 0
-    from envace.tracking.dvc_hash import content_hash
+    from envace.provenance.dvc_hash import content_hash
 
     models = [out / "sft" / "model", *(out / "envace" / "checkpoints").glob("step_*/policy"),
               *(out / "grpo_env" / "checkpoints").glob("step_*/policy")]

@@ -3,7 +3,7 @@ command on two benchmarks (BFCL from its installed package, FinMCP from the fixt
 random tiny model: the store holds one trajectory per task × attempt, with the messages, score and error
 of the per-task record eval.json holds; running the same command again reuses the same store runs and
 adds no row; the dashboard's trajectory page (Streamlit AppTest) filters them by benchmark and opens one
-as its message list."""
+as its message list, and its Benchmarks page shows the report the run logged to MLflow beside the paper's rows."""
 
 from __future__ import annotations
 
@@ -117,3 +117,13 @@ def test_eval_on_two_benchmarks_stores_each_task_attempt_once_and_the_dashboard_
     user_text = next(m["content"] for m in rec["messages"] if m["role"] == "user")
     assert user_text in codes
     assert any(f"Trajectory #{row.id} · bfcl" in h.value for h in at.subheader)
+
+    # the Benchmarks page: the report that `envace eval` logged to MLflow, our scores beside the paper's rows
+    at.switch_page("views/benchmarks.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.info, [i.value for i in at.info]  # e.g. "No benchmark reports yet": the run logged none
+    table = next(d.value for d in at.dataframe if "Overall" in d.value.columns).set_index("model")
+    assert table.loc["EnvACE-8B (paper)"].tolist() == [46.04, 36.7, 16.0, 32.91]  # the paper's main table
+    (ours,) = [m for m in table.index if not m.endswith("(paper)")]
+    assert table.loc[ours, "BFCL-v4"] == pytest.approx(100.0 * results["bfcl"]["overall"])
+    assert table.loc[ours, ["τ²-Bench", "VitaBench", "Overall"]].isna().all()  # not run: no Overall

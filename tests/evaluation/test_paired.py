@@ -26,7 +26,7 @@ from envace.evaluation.paired import (
 )
 from envace.evaluation.world import evaluate_world
 from envace.models.loading import load_policy
-from envace.trainers.sft import _act_targets
+from envace.trainers.sft_samples import _act_targets
 
 
 def test_paired_t_matches_hand_computation():

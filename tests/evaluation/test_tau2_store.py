@@ -46,7 +46,7 @@ class Gold:
 
 def test_tau2_trajectories_are_stored_with_their_conversation(tmp_path):
     from envace.benchmarks.tau2.benchmark import Tau2Benchmark
-    from envace.benchmarks.tau2.loader import Tau2Unavailable, load_tasks, load_tau2
+    from envace.benchmarks.tau2.data import Tau2Unavailable, load_tasks, load_tau2
 
     try:
         t2 = load_tau2()

@@ -74,8 +74,8 @@ def test_pipeline_runs_on_cpu_from_data_to_endpoint_evaluation(prefect_harness, 
     from mlflow.tracking import MlflowClient
     from safetensors.torch import load_file
 
-    from envace.tracking.dvc_hash import content_hash
-    from flows.cluster_pipeline import cluster_pipeline
+    from envace.provenance.dvc_hash import content_hash
+    from envace_flows.cluster_pipeline import cluster_pipeline
 
     spec = _spec(tmp_path, tiny_model, checkpoints=str(verl_checkpoints))
     out = cluster_pipeline(spec=spec)
@@ -128,7 +128,7 @@ def test_pipeline_stops_at_verl_training_on_a_cluster_without_gpus(prefect_harne
     from mlflow.tracking import MlflowClient
 
     from envace.cluster.pipeline import PipelineStopped
-    from flows.cluster_pipeline import cluster_pipeline
+    from envace_flows.cluster_pipeline import cluster_pipeline
 
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(ray_head.token_path))
     monkeypatch.setenv("RAY_AUTH_MODE", "token")

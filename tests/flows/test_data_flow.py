@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from envace.tracking.dvc_hash import content_hash, file_md5
+from envace.provenance.dvc_hash import content_hash, file_md5
 from envace.tracking.mlflow_run import metric_key
 
 pytestmark = pytest.mark.flows
 
 
 def test_snapshot_is_versioned_and_its_hashes_logged(prefect_harness, tmp_path):
-    from flows.data import data_versioning
+    from envace_flows.data import data_versioning
 
     repo = tmp_path / "repo"
     repo.mkdir()

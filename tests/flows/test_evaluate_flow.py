@@ -11,7 +11,7 @@ pytestmark = pytest.mark.flows
 def test_one_task_per_benchmark_and_failures_named(prefect_harness, tiny_model, toy_eval, tmp_path):
     from prefect.client.orchestration import get_client
 
-    from flows.evaluate import evaluate_checkpoint
+    from envace_flows.evaluate import evaluate_checkpoint
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     state = evaluate_checkpoint(str(tiny_model), ["world", "no_such_benchmark"], toy_eval, out_dir=str(tmp_path / "ev"),
@@ -38,7 +38,7 @@ def test_remote_benchmark_tasks_retry_with_backoff(prefect_harness, tiny_model, 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    from flows.evaluate import evaluate_checkpoint
+    from envace_flows.evaluate import evaluate_checkpoint
 
     state = evaluate_checkpoint(str(tiny_model), ["no_such_benchmark"], toy_eval, out_dir=str(tmp_path / "ev"),
                                 mlflow_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", remote=True, retries=2,

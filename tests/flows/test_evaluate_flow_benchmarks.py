@@ -18,7 +18,7 @@ FINMCP = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "finmcp" /
 def test_default_benchmarks_follow_the_configured_paths(tmp_path):
     from envace.config import load_config
     from envace.evaluation.config import EvalConfig
-    from flows.evaluate import default_benchmarks
+    from envace_flows.evaluate import default_benchmarks
 
     local = load_config(EvalConfig, None, [], model=str(tmp_path))
     assert default_benchmarks(local) == ["world", "bfcl", "tau2"]
@@ -30,7 +30,7 @@ def test_default_benchmarks_follow_the_configured_paths(tmp_path):
 
 
 def test_flow_runs_finmcp_from_paths_beside_the_world(prefect_harness, tiny_model, toy_eval, tmp_path):
-    from flows.evaluate import evaluate_checkpoint
+    from envace_flows.evaluate import evaluate_checkpoint
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = evaluate_checkpoint(str(tiny_model), ["world", "finmcp"], [*toy_eval, "bench_limit=1",

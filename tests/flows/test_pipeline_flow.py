@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_full_pipeline_toy(prefect_harness, toy_train, toy_eval, tmp_path):
-    from flows.pipeline import full_pipeline
+    from envace_flows.pipeline import full_pipeline
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = full_pipeline(

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_sweep_deployment_registers_its_cron_schedule(prefect_harness, write_sweep, tmp_path):
     from prefect.client.orchestration import get_client
 
-    from flows.sweep import sweep_deployment
+    from envace_flows.sweep import sweep_deployment
 
     path = write_sweep(tmp_path, "nightly", {"variant": {"envace": []}})
     deployment = sweep_deployment(path, "0 3 * * *", timezone="Europe/Paris")
@@ -36,7 +36,7 @@ def test_sweep_deployment_registers_its_cron_schedule(prefect_harness, write_swe
 
 def test_without_a_server_the_loop_waits_for_the_cron_time_and_runs_the_sweep(prefect_harness, write_sweep,
                                                                                tmp_path, monkeypatch):
-    import flows.sweep as sweep_mod
+    import envace_flows.sweep as sweep_mod
 
     # every cell fails at once (its simulator model dir does not exist), so the scheduled run is quick; it
     # still runs the real flow
@@ -49,16 +49,14 @@ def test_without_a_server_the_loop_waits_for_the_cron_time_and_runs_the_sweep(pr
     assert list(summary["failed"]) == ["variant=bad,seed=0"]
 
 
-def test_prefect_yaml_deployments_are_runnable():
-    from prefect.flows import Flow
+def test_prefect_yaml_deployments_are_runnable(monkeypatch):
+    from prefect.flows import Flow, load_flow_from_entrypoint
 
+    monkeypatch.chdir(REPO)  # `prefect deploy` runs from the repository root and loads each entrypoint by path
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
     assert spec["deployments"]
     for dep in spec["deployments"]:
-        module_path, attr = dep["entrypoint"].split(":")
-        import importlib
-
-        fl = getattr(importlib.import_module(module_path.removesuffix(".py").replace("/", ".")), attr)
+        fl = load_flow_from_entrypoint(dep["entrypoint"], use_placeholder_flow=False)  # an import error raises
         assert isinstance(fl, Flow), dep["name"]
         fl.validate_parameters(dep.get("parameters", {}))  # names and types match the flow signature
         for sched in dep.get("schedules") or []:

@@ -52,7 +52,7 @@ def pinned_code_version():
 
 @pytest.fixture(scope="module")
 def two_cell(prefect_harness, write_sweep, toy_eval, tmp_path_factory):
-    from flows.sweep import run_sweep_from_file
+    from envace_flows.sweep import run_sweep_from_file
 
     path = write_sweep(tmp_path_factory.mktemp("two_cell"), "two-cell", TWO_CELLS, eval_overrides=toy_eval)
     return path, run_sweep_from_file(path)
@@ -114,7 +114,7 @@ def test_cells_never_overlap_with_max_workers_1(two_cell):
 
 
 def test_rerun_executes_no_finished_cell(two_cell):
-    from flows.sweep import run_sweep_from_file
+    from envace_flows.sweep import run_sweep_from_file
 
     path, first = two_cell
     again = run_sweep_from_file(path)
@@ -134,7 +134,7 @@ def test_rerun_in_a_new_process_is_cached(two_cell):
     from prefect.settings import PREFECT_API_URL
 
     path, first = two_cell
-    code = ("import json, sys; from flows.sweep import run_sweep_from_file; "
+    code = ("import json, sys; from envace_flows.sweep import run_sweep_from_file; "
             "print('SUMMARY=' + json.dumps(run_sweep_from_file(sys.argv[1]), default=str))")
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env,
@@ -148,7 +148,7 @@ def test_rerun_in_a_new_process_is_cached(two_cell):
 
 
 def test_failing_cell_does_not_stop_the_others(prefect_harness, write_sweep, tmp_path):
-    from flows.sweep import run_sweep_from_file
+    from envace_flows.sweep import run_sweep_from_file
 
     # 'bad' is first and fails when it runs: its simulator model dir does not exist (its config is valid)
     axes = {"variant": {"bad": MISSING_SIMULATOR, "envace": []}}
@@ -172,7 +172,7 @@ def test_failing_cell_does_not_stop_the_others(prefect_harness, write_sweep, tmp
 
 
 def test_changed_config_reruns_only_changed_cells(prefect_harness, write_sweep, tmp_path):
-    from flows.sweep import run_sweep_from_file
+    from envace_flows.sweep import run_sweep_from_file
 
     path = write_sweep(tmp_path, "grow", {"variant": {"envace": []}})
     first = run_sweep_from_file(path)
@@ -187,7 +187,7 @@ def test_changed_config_reruns_only_changed_cells(prefect_harness, write_sweep, 
 def test_parallel_cells_run_in_worker_processes(prefect_harness, write_sweep, tmp_path):
     """max_workers > 1 uses a process pool: two training cells in threads of one process break model
     loading (transformers' meta-device init is process-global), in processes they both finish."""
-    from flows.sweep import run_sweep_from_file
+    from envace_flows.sweep import run_sweep_from_file
 
     path = write_sweep(tmp_path, "parallel", TWO_CELLS, max_workers=2)
     summary = run_sweep_from_file(path)

@@ -16,7 +16,7 @@ def test_a_bad_override_in_the_second_arm_stops_the_sweep_before_the_first_train
                                                                                   tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from flows.sweep import run_sweep_from_file
+    from envace_flows.sweep import run_sweep_from_file
 
     axes = {"variant": {"envace": [], "kl_on": ["algo.use_kll=true"]}}
     path = write_sweep(tmp_path, "typo", axes)

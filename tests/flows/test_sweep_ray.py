@@ -27,7 +27,7 @@ def no_ray_driver():
 def test_two_cell_sweep_runs_on_a_local_ray_head(prefect_harness, ray_head, no_ray_driver, write_sweep, tmp_path):
     from envace.sweeps.cells import executions
     from envace.tracking.mlflow_run import child_runs
-    from flows.ablation import ablation_sweep
+    from envace_flows.ablation import ablation_sweep
 
     axes = {"variant": {"envace": [], "grpo_env": ["rollout.mode=env", "algo.advantage=grpo"]}}
     runner = {"kind": "ray", "address": ray_head.address, "num_cpus": 1, "num_gpus": 0,

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.flows, pytest.mark.usefixtures("pinned_code_version")]
 
 def test_sweep_builds_its_sft_once_and_reports_the_base_row(prefect_harness, write_sweep, toy_eval, toy_sft,
                                                            tmp_path):
-    from flows.sweep import run_sweep_from_file
+    from envace_flows.sweep import run_sweep_from_file
 
     sft_out = tmp_path / "sft" / "toy"
     path = write_sweep(tmp_path, "with-sft", {"variant": {"envace": []}}, eval_overrides=toy_eval,

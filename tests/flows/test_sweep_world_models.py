@@ -39,7 +39,7 @@ def toy_world_models(tmp_path: Path, toy_train: list[str], toy_eval: list[str], 
 
 def test_world_models_sweep_writes_the_task_vs_world_model_table(prefect_harness, toy_train, toy_eval, toy_sft,
                                                                  tmp_path):
-    from flows.sweep import run_sweep_from_file
+    from envace_flows.sweep import run_sweep_from_file
 
     summary = run_sweep_from_file(toy_world_models(tmp_path, toy_train, toy_eval, toy_sft))
     assert summary["failed"] == {}

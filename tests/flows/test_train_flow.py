@@ -17,7 +17,7 @@ VERL_EXAMPLE = sorted((REPO / "configs" / "verl").glob("*.yaml"))[0]  # the ship
 
 
 def test_embedded_training_flow(prefect_harness, tiny_model, toy_train, tmp_path):
-    from flows.train import train_flow
+    from envace_flows.train import train_flow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = train_flow(str(REPO / "configs/train/envace.yaml"),
@@ -28,7 +28,7 @@ def test_embedded_training_flow(prefect_harness, tiny_model, toy_train, tmp_path
 
 
 def test_verl_backend_dry_run_builds_the_command(prefect_harness):
-    from flows.train import train_flow
+    from envace_flows.train import train_flow
 
     out = train_flow(str(VERL_EXAMPLE), ["total_training_steps=5"], backend="verl",
                      dry_run=True)
@@ -39,7 +39,7 @@ def test_verl_backend_dry_run_builds_the_command(prefect_harness):
 
 def test_endpoint_retries_only_for_configs_with_a_url():
     from envace.trainers.verl.config import VerlLaunchConfig
-    from flows.train import train_task, verl_task, with_endpoint_retries
+    from envace_flows.train import train_task, verl_task, with_endpoint_retries
 
     verl_cfg = load_config(VerlLaunchConfig, VERL_EXAMPLE)  # LLM judge URL
     local = load_config(TrainConfig, REPO / "configs/train/envace.yaml")

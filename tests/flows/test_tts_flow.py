@@ -16,7 +16,7 @@ pytestmark = pytest.mark.flows
 
 
 def test_tts_sweep_cells_runs_and_table(prefect_harness, tiny_model, toy_eval, tmp_path):
-    from flows.tts_sweep import tts_sweep
+    from envace_flows.tts_sweep import tts_sweep
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     summary = tts_sweep(model=str(tiny_model), out_dir=str(tmp_path / "tts"), n_values=[0, 1],

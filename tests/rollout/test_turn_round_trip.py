@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 
-from dashboard.timeline import ActBlock, timeline
 from envace.config import RolloutConfig, SamplingConfig
 from envace.fidelity import turn_fidelity
 from envace.rollout import run_rollout
@@ -21,6 +20,7 @@ from envace.store.session import read_only_session
 from envace.store.writer import TrajectoryWriter
 from envace.trainers.train_rows import assign_advantages, build_rows
 from envace.types import CallRef, ErrorCode, Observation, Role, ToolCall
+from envace_dashboard.timeline import ActBlock, timeline
 
 CFG = RolloutConfig(act=SamplingConfig(max_new_tokens=80), rehearse=SamplingConfig(max_new_tokens=60),
                     max_context_tokens=4096)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from envace.provenance.dvc_hash import content_hash
 from envace.sweeps.cache import cache_key, code_version, input_hash, source_hash
 from envace.sweeps.cells import cell_cache_key
 from envace.sweeps.grid import CellSpec
-from envace.tracking.dvc_hash import content_hash
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -60,7 +60,7 @@ def test_per_tool_precision_and_recall_hand_worked():
 
 
 def test_the_shadow_monitor_logs_error_recall_per_step():
-    from envace.trainers.shadow import ShadowResult, shadow_metrics
+    from envace.trainers.arms.shadow import ShadowResult, shadow_metrics
     from envace.types import Mode, Task, Trajectory
 
     said_no = render_execution_result({"error_tool_call": {"code": "X", "message": "m"}})

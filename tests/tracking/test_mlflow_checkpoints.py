@@ -13,8 +13,8 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from envace.tracking.checkpoint_ref import checkpoint_ref
-from envace.tracking.dvc_hash import content_hash
+from envace.provenance.checkpoint_ref import checkpoint_ref
+from envace.provenance.dvc_hash import content_hash
 from envace.tracking.mlflow_checkpoints import log_checkpoint, logged_checkpoints, registered_model_name
 from envace.tracking.mlflow_run import start_run
 

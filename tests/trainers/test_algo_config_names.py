@@ -33,4 +33,4 @@ def test_a_newly_registered_name_is_valid_without_touching_the_config():
     try:
         assert AlgoConfig(advantage="grpo_copy_for_test").advantage == "grpo_copy_for_test"
     finally:
-        ADVANTAGES._fns.pop("grpo_copy_for_test")
+        ADVANTAGES.remove("grpo_copy_for_test")

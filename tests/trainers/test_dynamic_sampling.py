@@ -13,7 +13,7 @@ import random
 import pytest
 
 from envace.rollout.seeds import derive_seed
-from envace.trainers.dynamic_sampling import informative_groups, refill_size, sample_with_refill
+from envace.trainers.arms.dynamic_sampling import informative_groups, refill_size, sample_with_refill
 from envace.types import Mode, Role, Task, Trajectory
 
 

@@ -1,4 +1,4 @@
-"""The echo arm (envace.trainers.echo): env-mode GRPO plus cross-entropy on the real answers as Rehearse
+"""The echo arm (envace.trainers.arms.echo): env-mode GRPO plus cross-entropy on the real answers as Rehearse
 targets. The targets are the real answers under the very prompt a rehearse-mode episode builds (checked
 against a rehearse-mode run whose Rehearse seat is the oracle, which sees the same history); echo_coef=0 is
 bit-identical to plain GRPO; echo_coef>0 adds coef x the token-mean NLL, checked against a per-row loop."""
@@ -18,9 +18,9 @@ from envace.execution_result import parse_execution_result, render_execution_res
 from envace.models.loading import load_policy
 from envace.rollout import run_rollout
 from envace.rollout.oracle import OracleRehearser
+from envace.trainers.arms.echo import echo_rows
 from envace.trainers.config import TrainConfig
-from envace.trainers.echo import echo_rows
-from envace.trainers.train_rows import TrainRow
+from envace.trainers.train_rows import ExtraRows, TrainRow
 from envace.trainers.update import policy_update
 from envace.types import Mode, Role
 from envace.worlds.environment import WorldEnvironment
@@ -132,7 +132,7 @@ def _update(model_dir, rows, echo, coef, opt="adamw", **algo):
              else torch.optim.SGD(model.parameters(), lr=1.0))
     cfg = TrainConfig(model="x", rollout={"mode": "env"}, algo={"advantage": "grpo", **algo}).algo
     res = policy_update(model, optim, copy.deepcopy(rows), cfg, pad_id=tok.pad_token_id, micro_batch=3,
-                        grad_clip=1e9, echo_rows=copy.deepcopy(echo), echo_coef=coef)
+                        grad_clip=1e9, extra=[ExtraRows("echo", copy.deepcopy(echo or []), coef)])
     return model, res
 
 
@@ -163,11 +163,10 @@ def test_echo_loss_is_grpo_loss_plus_coef_times_the_nll(tiny_model_dir, role_row
         for (n, p), (_, q), g in zip(with_echo.named_parameters(), plain.named_parameters(), grads):
             torch.testing.assert_close((p - before[n]) - (q - before[n]), -coef * g, atol=1e-5, rtol=1e-4)
     else:  # two optimizer steps: each adds coef x the token-mean NLL of its own chunk of echo rows
-        first = [s for s in res.steps if s.echo_nll is not None]
-        assert sum(s.echo_tokens for s in first) == sum(len(r.response_ids) for r in echo)
-        assert res.steps[0].echo_nll is not None
-        assert res.metrics["echo_nll"] == pytest.approx(
-            sum(s.echo_nll * s.echo_tokens for s in first) / sum(s.echo_tokens for s in first))
+        first = [s.extra["echo"] for s in res.steps if "echo" in s.extra]  # (nll, tokens) per optimizer step
+        assert sum(t for _, t in first) == sum(len(r.response_ids) for r in echo)
+        assert "echo" in res.steps[0].extra
+        assert res.metrics["echo_nll"] == pytest.approx(sum(n * t for n, t in first) / sum(t for _, t in first))
         assert [s.tokens for s in res.steps] == [s.tokens for s in res_plain.steps]  # the GRPO mini-batches
 
 

@@ -12,7 +12,7 @@ from envace.execution_result import RESULT_CLOSE, RESULT_OPEN, is_error_value
 from envace.models.corpus import task_strings
 from envace.models.tokenizer import train_tokenizer
 from envace.trainers.config import SFTConfig
-from envace.trainers.sft import error_rehearse_samples, wrong_call
+from envace.trainers.sft_samples import error_rehearse_samples, wrong_call
 from envace.types import ToolCall
 from envace.worlds.environment import WorldEnvironment
 from envace.worlds.generator import generate_tasks

@@ -1,4 +1,4 @@
-"""The grounded arm (envace.trainers.grounded) through the trainer's own row builder (`step_rows`) on scripted
+"""The grounded arm (envace.trainers.arms.grounded) through the trainer's own row builder (`step_rows`) on scripted
 rehearse-mode episodes: with a Rehearse seat that writes exactly the real answer every grounded call scores
 fidelity 1; a Rehearse that writes wrong answers gets less, the episode goes on with its answers and no Act
 prompt ever holds the real one; the Rehearse-row reward is task + w x fidelity and the advantages are role-wise
@@ -14,9 +14,10 @@ from envace.engines.base import GenResult
 from envace.execution_result import render_execution_result
 from envace.rollout import run_rollout
 from envace.rollout.oracle import OracleRehearser
+from envace.trainers.arms.base import StepContext, build_arms
+from envace.trainers.arms.grounded import chosen
 from envace.trainers.config import TrainConfig
 from envace.trainers.embedded import step_rows, train
-from envace.trainers.grounded import chosen
 from envace.trainers.rewarding import RewardScorer
 from envace.types import Mode, Role
 from envace.worlds.environment import WorldEnvironment
@@ -67,6 +68,13 @@ def rollouts(world, rehearser: str, kind: str = "gold"):
     return out, tok
 
 
+def grounded_rows(trajs, cfg, tok):
+    """The trainer's row builder with the arms `cfg` turns on, and the grounded arm's grounding (None: off)."""
+    arms = build_arms(cfg)
+    rows, extra = step_rows(StepContext.of(cfg, 1, trajs, tok), arms)
+    return rows, extra, (arms["grounded"].grounding if "grounded" in arms else None)
+
+
 def _cfg(**grounded):
     return TrainConfig(model="x", seed=3, grounded=grounded)
 
@@ -74,9 +82,9 @@ def _cfg(**grounded):
 @pytest.mark.parametrize("metric", ["leaf_f1", "exact"])
 def test_a_faithful_rehearse_scores_fidelity_one_on_every_grounded_call(world, metric):
     trajs, tok = rollouts(world, "oracle")
-    rows, echo, g = step_rows(trajs, _cfg(fraction=1.0, metric=metric, coef=0.5), 1, tok)
+    rows, echo, g = grounded_rows(trajs, _cfg(fraction=1.0, metric=metric, coef=0.5), tok)
     answered = [u for t in trajs for u in t.turns_of(Role.REHEARSE) if u.call is not None]
-    assert len(answered) > 4 and echo is None
+    assert len(answered) > 4 and echo == []
     assert len(g.fidelity) == len(answered) and set(g.fidelity.values()) == {1.0}
     assert g.metrics()["grounded/calls"] == len(answered) and g.metrics()["grounded/fidelity"] == 1.0
     assert all(t.env_calls == 0 for t in trajs)  # the episodes themselves made no real call
@@ -87,7 +95,7 @@ def test_a_faithful_rehearse_scores_fidelity_one_on_every_grounded_call(world, m
 
 def test_the_episode_goes_on_with_the_rehearsed_answer_and_never_shows_the_real_one(world):
     trajs, tok = rollouts(world, "wrong")
-    rows, _, g = step_rows(trajs, _cfg(fraction=1.0, metric="leaf_f1", coef=1.0), 1, tok)
+    rows, _, g = grounded_rows(trajs, _cfg(fraction=1.0, metric="leaf_f1", coef=1.0), tok)
     differing = 0
     for t in trajs:
         acts = [tok.decode(u.prompt_ids, skip_special_tokens=False) for u in t.turns_of(Role.ACT)]
@@ -114,15 +122,15 @@ def test_the_episode_goes_on_with_the_rehearsed_answer_and_never_shows_the_real_
 
 def test_fraction_zero_is_plain_envace_and_the_choice_is_seeded(world):
     trajs, tok = rollouts(world, "oracle")  # fidelity 1 where grounded: a half-grounded step must differ
-    plain, _, none = step_rows(trajs, TrainConfig(model="x", seed=3), 1, tok)
+    plain, _, none = grounded_rows(trajs, TrainConfig(model="x", seed=3), tok)
     plain = [(r.reward, r.advantage) for r in plain]
-    zero, _, g0 = step_rows(trajs, _cfg(fraction=0.0), 1, tok)
+    zero, _, g0 = grounded_rows(trajs, _cfg(fraction=0.0), tok)
     assert none is None and g0 is None and [(r.reward, r.advantage) for r in zero] == plain
     half = [len(chosen(t, 0.5, 3, 1)) for t in trajs]
     assert half == [len(chosen(t, 0.5, 3, 1)) for t in trajs]  # the same calls every time
     total = sum(len(t.turns_of(Role.REHEARSE)) for t in trajs)
     assert 0 < sum(half) < total
-    some, _, g = step_rows(trajs, _cfg(fraction=0.5), 1, tok)
+    some, _, g = grounded_rows(trajs, _cfg(fraction=0.5), tok)
     assert len(g.fidelity) == sum(half)
     assert [(r.reward, r.advantage) for r in some] != plain
 

@@ -12,16 +12,8 @@ from envace.data.config import DataConfig
 from envace.models.loading import load_policy
 from envace.trainers.config import SFTConfig
 from envace.trainers.packing import shared_prefix_packs
-from envace.trainers.sft import (
-    BatchDrawer,
-    Sample,
-    act_samples,
-    batch_loss,
-    build_samples,
-    collate,
-    packed_act_sample,
-    sft,
-)
+from envace.trainers.sft import BatchDrawer, batch_loss, collate, sft
+from envace.trainers.sft_samples import Sample, act_samples, build_samples, packed_act_sample
 from envace.types import Role
 from envace.worlds.generator import generate_tasks
 

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from envace.roles.prompts import RESULT_CLOSE, RESULT_OPEN
+from envace.trainers.arms.shadow import shadow_metrics, shadow_replay
 from envace.trainers.rewarding import RewardScorer
-from envace.trainers.shadow import shadow_metrics, shadow_replay
 from envace.types import Message, Mode, Role, ToolCall, Trajectory, Turn
 from envace.worlds.environment import WorldEnvironment
 from envace.worlds.generator import generate_tasks

@@ -14,7 +14,8 @@ from envace.models.loading import load_policy
 from envace.thread_shards import ShardRunner, add_grads, balanced_shards, one_torch_thread
 from envace.trainers import sft as sft_module
 from envace.trainers.config import SFTConfig
-from envace.trainers.sft import batch_loss, build_samples, loss_tokens, sft, sharded_batch_grads
+from envace.trainers.sft import batch_loss, loss_tokens, sft, sharded_batch_grads
+from envace.trainers.sft_samples import build_samples
 from envace.worlds.generator import generate_tasks
 
 

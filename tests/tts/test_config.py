@@ -65,7 +65,7 @@ def envace(*args: str) -> subprocess.CompletedProcess:
 def test_cli_errors_are_one_line(tmp_path):
     res = envace("eval", str(tmp_path), "--tts-memory", "notes")
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
-    assert "unknown TTS memory strategy 'notes'; known: best_of_n, calls, calls_results, prose" in res.stderr
+    assert "unknown TTS memory strategy 'notes'; valid names: best_of_n, calls, calls_results, prose" in res.stderr
     res = envace("eval", str(tmp_path), "tts_mode=sequential")
     assert res.returncode == 2
     assert res.stderr.strip() == ("error: tts_mode is now tts.mode (tts_mode): write tts.mode=sequential instead; "

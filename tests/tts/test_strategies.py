@@ -196,7 +196,7 @@ def test_the_registry():
     assert [writes_note(n) for n in memory_names()] == [False, True, True, True]
     with pytest.raises(ValueError, match="already registered"):
         register_memory("prose")(lambda inputs: [])
-    with pytest.raises(ValueError, match="unknown TTS memory strategy 'x'; known: best_of_n, calls"):
+    with pytest.raises(ValueError, match="unknown TTS memory strategy 'x'; valid names: best_of_n, calls"):
         writes_note("x")
 
 

@@ -19,6 +19,7 @@ import envace.tts.rollout as tts
 from envace.config import RolloutConfig, SamplingConfig
 from envace.engines.base import GenRequest, GenResult
 from envace.roles.act import act_prompt_ids
+from envace.roles.prompted_simulator import SYSTEM_PROMPT as PROMPTED_SYSTEM
 from envace.roles.prompts import SEC_CURRENT
 from envace.rollout import run_rollout
 from envace.tts import MAX_N, TTSConfig, memory_names, rehearse_privately, tts_rollout
@@ -233,27 +234,42 @@ class RaisingEnv:
             raise AssertionError(f"real environment {what} during the private phase")
 
 
+def prompted_tool(prompt: str, _position: int) -> str:
+    """A token-level prompted simulator: answers every prompted-simulator chat with one fixed stock value."""
+    assert PROMPTED_SYSTEM.splitlines()[0] in prompt and SEC_CURRENT not in prompt
+    return 'The tool says {"item": "apple", "stock": 45}'
+
+
+@pytest.mark.parametrize("engine_kind", ["policy", "simulator"])
 @pytest.mark.parametrize("memory", memory_names())
-def test_zero_real_executions_during_the_private_phase(tasks, tokenizer, kit, mark_private, memory):
-    """For every memory strategy: the private phase never creates or touches a real environment; the
+def test_zero_real_executions_during_the_private_phase(tasks, tokenizer, kit, mark_private, memory, engine_kind):
+    """For every memory strategy and either private Rehearse engine (the policy's Rehearse role, or the prompted
+    simulator of tts.engine=simulator): the private phase never creates or touches a real environment; the
     committed run executes every real call (best_of_n's replayed first call included)."""
     engine = scripted(kit, tokenizer)
+    simulator = None if engine_kind == "policy" else RecordingEngine(kit.ScriptedEngine(tokenizer, act=prompted_tool))
     RaisingEnv.violations = []
-    mark_private(engine, RaisingEnv)
+    mark_private(engine, RaisingEnv, *([simulator] if simulator else []))
     made = []
 
     def factory():
         made.append(RaisingEnv(kit))
         return made[-1]
 
-    commits = tts_rollout(tasks, engine, CFG, with_n(2, "sequential", rehearse_at="every", memory=memory), factory,
-                          seed=3, k=2)
+    tts_cfg = with_n(2, "sequential", rehearse_at="every", memory=memory, engine=engine_kind)
+    commits = tts_rollout(tasks, engine, CFG, tts_cfg, factory, seed=3, k=2, simulator=simulator)
     assert RaisingEnv.violations == [] and all(not env.made_private for env in made)
     private = [t for c in commits for t in c.tts["private"]]
     # two-turn task: 2 phases x 2 rehearsals, one-turn task: 1 x 2; per attempt (k = 2)
     assert len(private) == (4 + 2) * 2
     assert sum(len(t.turns_of(Role.REHEARSE)) for t in private) == len(private)  # each imagined one call
     assert all(t.env_calls == 0 for t in private)
+    if simulator is not None:  # every private response came from the simulator, asked only while private
+        assert engine.count(SEC_CURRENT) == 0 and all(p for _, _, p in simulator.requests)
+        assert len(simulator.requests) == len(private)
+        assert all(t.mode is Mode.SIMULATOR and not t.turns_of(Role.REHEARSE)[0].trainable for t in private)
+        assert all(t.turns_of(Role.REHEARSE)[0].observation.content == {"item": "apple", "stock": 45}
+                   for t in private)
     executed = [c.name for env in made for c in env.inner.executed]
     assert executed == ["get_stock"] * 6 and sum(c.env_calls for c in commits) == 6  # 3 user messages x k
 
@@ -313,8 +329,8 @@ def test_bad_settings_are_rejected_once_by_the_config():
             TTSConfig(n=n)
     with pytest.raises(ValueError, match="'parallel' or 'sequential'"):
         TTSConfig(n=2, mode="beam")
-    with pytest.raises(ValueError, match="unknown TTS memory strategy 'notes'; known: best_of_n, calls, calls_results, "
-                                         "prose"):
+    with pytest.raises(ValueError, match="unknown TTS memory strategy 'notes'; valid names: best_of_n, calls, "
+                                         "calls_results, prose"):
         TTSConfig(memory="notes")
 
 

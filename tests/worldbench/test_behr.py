@@ -3,7 +3,7 @@
 Hand-built world models: the oracle (the real response) gives Δ = 0 exactly; `{}` (an empty result: the
 rollout shows Act the parser's error object) and a swapped response (another transition's real response)
 give the Δ that a plain, unbatched full forward computes on conversations written out here by hand. The
-Act completion is the one SFT trains (envace.trainers.sft.act_samples), and the skip counts are worked out
+Act completion is the one SFT trains (envace.trainers.sft_samples.act_samples), and the skip counts are worked out
 from the recorded tasks."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def plain_logprob(model, prompt: list[int], completion: list[int]) -> float:
 
 
 def test_act_pair_is_the_sft_act_sample(frozen):
-    from envace.trainers.sft import act_samples
+    from envace.trainers.sft_samples import act_samples
     from envace.worlds.generator import generate_tasks
 
     tok = frozen.tokenizer

@@ -41,7 +41,7 @@ _TASKS: dict[str, dict[str, object]] = {}  # domain -> task id -> task: τ²'s t
 
 
 def _task(t2, domain, task_id):
-    from envace.benchmarks.tau2.loader import load_tasks
+    from envace.benchmarks.tau2.data import load_tasks
 
     if domain not in _TASKS:
         _TASKS[domain] = {str(x.id): x for split in ("train", "test") for x in load_tasks(t2, domain, split)}
@@ -88,3 +88,13 @@ def test_error_flags_counts_and_predicate(recorded):
     wrong = [t for t in recorded if t.kind is CallKind.WRONG_ID]
     assert wrong and all(t.is_error and t.response.startswith("Error") for t in wrong if t.domain == "airline")
     assert c["test"]["n"] == c["test"]["gold"] + c["test"]["perturbed"]
+
+
+def test_splits_are_tau2s_own(t2, recorded):
+    from envace.benchmarks.tau2.data import load_tasks
+
+    for domain in ("airline", "retail", "telecom"):
+        own = {split: {str(x.id) for x in load_tasks(t2, domain, split)} for split in ("train", "test")}
+        mine = [t for t in recorded if t.domain == domain]
+        assert {t.split.value for t in mine} == {"train", "test"}
+        assert all(t.task_id in own[t.split.value] for t in mine)

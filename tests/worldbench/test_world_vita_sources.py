@@ -114,7 +114,7 @@ def test_vita_bad_results_file_is_one_clear_error(tmp_path):
 
 
 def test_build_is_versioned_with_dvc(tmp_path, monkeypatch):
-    from envace.tracking.dvc_hash import content_hash
+    from envace.provenance.dvc_hash import content_hash
 
     monkeypatch.setenv("DVC_SITE_CACHE_DIR", str(tmp_path / "dvc-site-cache"))
     out = tmp_path / "data" / "worldbench"

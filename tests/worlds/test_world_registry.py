@@ -14,7 +14,7 @@ def test_builtin_domains_are_registered():
 
 
 def test_unknown_domain_lists_valid_names():
-    expected = r"unknown tool-world domain 'zoo'; valid domains: \['bank', 'calendar', 'shop'\]"
+    expected = r"unknown tool-world domain 'zoo'; valid names: bank, calendar, shop$"
     with pytest.raises(ValueError, match=expected):
         get_domain("zoo")
 

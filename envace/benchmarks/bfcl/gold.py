@@ -23,7 +23,9 @@ import ast
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from envace.benchmarks.bfcl.data import IRRELEVANCE, BFCLEntry
+from envace.benchmarks.base import GoldOutcome
+from envace.benchmarks.bfcl.compat import load_bfcl
+from envace.benchmarks.bfcl.data import IRRELEVANCE, NOT_RUNNABLE, BFCLEntry, load_category
 from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
@@ -217,3 +219,14 @@ def parse_call(text: str, tools: list[dict[str, Any]]) -> ToolCall:
     args = {order[i]: ast.literal_eval(a) for i, a in enumerate(node.args)}
     args.update({kw.arg: ast.literal_eval(kw.value) for kw in node.keywords})
     return ToolCall(name, args)
+
+
+def gold_replay(options: Mapping[str, Any], paths: Mapping[str, str | None], limit: int | None,
+                seed: int) -> GoldOutcome:
+    """`BFCLGoldPolicy` over the selected runnable categories, scored by BFCL's own checkers."""
+    from envace.benchmarks.bfcl.benchmark import BFCLBenchmark
+
+    bench = BFCLBenchmark(**dict(options))
+    entries = [e for c in bench.categories if c not in NOT_RUNNABLE for e in load_category(c, limit)]
+    result = bench.run(BFCLGoldPolicy(entries), limit=limit, k=1, seed=seed)
+    return GoldOutcome.of(result, source=f"bfcl-eval {load_bfcl().version}")

@@ -2,7 +2,7 @@
 paper's Overall (the EnvACE paper gives TF1 46.78 and tool precision 54.04 for EnvACE-8B).
 
 For each of the first `limit` records and each of k samples: the teacher-forced loop with the replay
-tool server (replay.py), then the name-multiset metrics (metrics.py) over all (record, sample) pairs.
+tool server (runner.py), then the name-multiset metrics (scoring.py) over all (record, sample) pairs.
 `groups` holds TP / TR / TF1 (tool precision / recall / F1) macro and micro plus EMR, the form
 report.py prints; `overall` = macro TF1 (whether the paper's TF1 is macro or micro is unknown: both are
 reported). Categories: one per L1 scenario, accuracy = that scenario's macro TF1. A sample that raised
@@ -21,8 +21,8 @@ from envace.benchmarks import progress
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
 from envace.benchmarks.errors import StagedPolicy, StageTracker, failed_record
 from envace.benchmarks.finmcp.data import FinMCPRecord, load_records, load_tool_schemas, synthesise_schemas
-from envace.benchmarks.finmcp.metrics import SampleCounts, aggregate, breakdown, tool_names
-from envace.benchmarks.finmcp.replay import teacher_forced
+from envace.benchmarks.finmcp.runner import teacher_forced
+from envace.benchmarks.finmcp.scoring import SampleCounts, aggregate, breakdown, tool_names
 from envace.engines.reply import BenchPolicy
 
 OVERALL_DEFINITION = "macro tool F1 (mean over samples of the tool-name multiset F1); micro and EMR in groups"

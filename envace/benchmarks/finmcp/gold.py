@@ -11,7 +11,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from envace.benchmarks.finmcp.data import FinMCPRecord
+from envace.benchmarks.base import GoldOutcome
+from envace.benchmarks.finmcp.data import FinMCPRecord, load_records
 from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
@@ -57,3 +58,15 @@ class FinMCPGoldPolicy:
         content = m.get("content") if isinstance(m.get("content"), str) else ""
         return AssistantReply(content=content or ("" if calls else "Done."), tool_calls=calls,
                               finish_reason="tool_calls" if calls else "stop")
+
+
+def gold_replay(options: Mapping[str, Any], paths: Mapping[str, str | None], limit: int | None,
+                seed: int) -> GoldOutcome:
+    """`FinMCPGoldPolicy` over the records of `paths.finmcp`; pass = exact match."""
+    from envace.benchmarks.finmcp.benchmark import FinMCPBenchmark
+
+    data = str(paths["finmcp"])
+    records = load_records(data)[: limit if limit is not None else None]
+    result = FinMCPBenchmark(data, paths.get("finmcp_tools")).run(FinMCPGoldPolicy(records), limit=limit, k=1,
+                                                                  seed=seed)
+    return GoldOutcome.of(result, source=data, note=f"TF1 macro {result.groups.get('TF1_macro')}")

@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from envace.benchmarks.tau2.loader import Tau2Modules
+from envace.benchmarks.tau2.data import Tau2Modules
 from envace.engines.reply import AssistantReply, BenchPolicy
 from envace.rollout.seeds import derive_seed
 

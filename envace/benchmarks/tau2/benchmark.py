@@ -19,9 +19,9 @@ from typing import Any
 
 from envace.benchmarks import progress
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
-from envace.benchmarks.tau2.loader import DEV_DOMAINS, DOMAINS, load_task_file, load_tasks, load_tau2
-from envace.benchmarks.tau2.metrics import avg_at_k, is_success, pass_hat_ks
+from envace.benchmarks.tau2.data import DEV_DOMAINS, DOMAINS, load_task_file, load_tasks, load_tau2
 from envace.benchmarks.tau2.runner import run_task
+from envace.benchmarks.tau2.scoring import avg_at_k, is_success, pass_hat_ks
 from envace.engines.reply import BenchPolicy
 
 OVERALL_DEFINITION = "mean over the selected τ² domains of Avg@k (mean reward over tasks x k samples)"

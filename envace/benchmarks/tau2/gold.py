@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from envace.benchmarks.base import GoldOutcome
+from envace.benchmarks.tau2.data import load_task_file, load_tasks, load_tau2
 from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
@@ -69,3 +71,22 @@ class GoldSide:
               context: Mapping[str, Any] | None = None) -> AssistantReply:
         ctx = dict(context or {})
         return self.script.agent_reply(ctx) if self.side == "agent" else self.script.user_reply(ctx)
+
+
+def gold_replay(options: Mapping[str, Any], paths: Mapping[str, str | None], limit: int | None,
+                seed: int) -> GoldOutcome:
+    """`GoldScript` as agent and user over the selected domains (or `paths.tau2_tasks`), scored by τ²."""
+    from envace.benchmarks.tau2.benchmark import Tau2Benchmark
+
+    t2 = load_tau2(paths.get("tau2"))
+    opts = {k: v for k, v in dict(options).items() if k in ("domains", "split", "max_steps")}
+    tasks_path = paths.get("tau2_tasks")
+    bench = Tau2Benchmark(checkout=paths.get("tau2"), tasks_path=tasks_path, **opts)
+    tasks = {}
+    for domain in bench.domains:
+        found = load_task_file(t2, tasks_path) if tasks_path else load_tasks(t2, domain, bench.split)
+        tasks.update({(domain, str(t.id)): t for t in found[: limit if limit is not None else None]})
+    script = GoldScript(tasks)
+    bench.user_sim = script.user
+    result = bench.run(script.agent, limit=limit, k=1, seed=seed)
+    return GoldOutcome.of(result, source=f"{t2.version} from {t2.source}")

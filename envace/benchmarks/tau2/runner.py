@@ -20,7 +20,7 @@ from typing import Any
 
 from envace.benchmarks.errors import StagedPolicy, StageTracker, TaskError, TaskStage
 from envace.benchmarks.tau2.agents import EmptyTurn, adapter_classes, to_openai
-from envace.benchmarks.tau2.loader import Tau2Modules
+from envace.benchmarks.tau2.data import Tau2Modules
 from envace.engines.reply import BenchPolicy
 from envace.rollout.seeds import derive_seed
 

@@ -2,6 +2,6 @@
 sliding-window rubric judge over any backend, Avg@k per set. See benchmark.py."""
 
 from envace.benchmarks.vita.benchmark import VitaBenchmark
-from envace.benchmarks.vita.judge import RubricJudge, sliding_windows
+from envace.benchmarks.vita.scoring import RubricJudge, sliding_windows
 
 __all__ = ["RubricJudge", "VitaBenchmark", "sliding_windows"]

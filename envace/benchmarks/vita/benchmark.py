@@ -18,11 +18,11 @@ from typing import Any
 from envace.benchmarks import progress
 from envace.benchmarks.base import BenchmarkResult, CategoryScore
 from envace.benchmarks.errors import TaskError, TaskStage, failed_record
-from envace.benchmarks.tau2.metrics import avg_at_k, is_success, pass_hat_ks
+from envace.benchmarks.tau2.scoring import avg_at_k, is_success, pass_hat_ks
 from envace.benchmarks.vita.checkout import VitaCheckout
 from envace.benchmarks.vita.data import SETS, BadTask, VitaDataError, language_name, load_task_entries, tasks_file
-from envace.benchmarks.vita.judge import RubricJudge
 from envace.benchmarks.vita.runner import run_task
+from envace.benchmarks.vita.scoring import RubricJudge
 from envace.engines.reply import BenchPolicy
 
 OVERALL_DEFINITION = "mean over the selected VitaBench sets of Avg@k (reward 1 only if every rubric holds)"

@@ -26,7 +26,7 @@ from typing import Any
 from envace.benchmarks.errors import StagedPolicy, StageTracker, TaskError, TaskStage
 from envace.benchmarks.vita.checkout import VitaCheckout
 from envace.benchmarks.vita.data import VitaTask
-from envace.benchmarks.vita.judge import RubricJudge, weekday
+from envace.benchmarks.vita.scoring import RubricJudge, weekday
 from envace.engines.reply import BenchPolicy
 from envace.rollout.seeds import derive_seed
 

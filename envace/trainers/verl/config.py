@@ -88,9 +88,11 @@ class LoopSettings(EpisodeRules):
                               "hit the wrong rows; set envace.empty_output_penalty=0 (the embedded trainer applies "
                               "it per row: algo.empty_output_penalty)")
         for key, arm in (("echo_coef", "echo"), ("grounded_fraction", "grounded")):
-            if getattr(self, key) > 0:
-                raise ConfigError(f"envace.{key}={getattr(self, key)}: the {arm} arm runs on the embedded backend "
-                                  f"only (envace train --backend embedded, docs/rollout.md); set envace.{key}=0")
+            if getattr(self, key) > 0:  # the reason is the arm's own (Arm.verl_refusal, envace.trainers.arms)
+                from envace.trainers.arms import verl_refusal_message
+
+                raise ConfigError(verl_refusal_message(arm, f"envace.{key}={getattr(self, key)}",
+                                                       f"set envace.{key}=0"))
         if self.mode == "simulator" and self.simulator is None:
             raise ConfigError("envace.mode='simulator' needs envace.simulator.base_url and envace.simulator.model "
                               "(the frozen simulator's OpenAI-compatible endpoint)")

@@ -1,1 +1,2 @@
-"""Per-benchmark task scripts for the worldbench builder (see envace.worldbench.script)."""
+"""Where `envace worldbench build` gets its task scripts: the built-in tool world (world.py) and every
+benchmark registered with a `transitions` function (benchmark.py: the adapter's own replay tasks)."""

@@ -9,41 +9,22 @@ Departures from DAPO (which over-generates a fixed multiple): each round asks fo
 divided by the informative share seen so far (at least 1/4, at most 4x the deficit); when the rounds run
 out the step trains on the informative groups it has; surplus groups of the last round are dropped in
 prompt order.
+
+As an arm (`DynamicSamplingArm`, switched on by `dynamic_sampling.enabled`): `sample` draws the step's batch,
+`metrics` logs `dynamic/*`.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from envace.rollout.seeds import derive_seed
+from envace.trainers.arms.base import Arm, RolloutFn, SampledBatch, StepContext
 from envace.types import Task, Trajectory
 
 # Rewards closer than this count as equal (checklist scores are sums of weights; float noise only).
 EQUAL_TOL = 1e-9
-
-
-@dataclass
-class SampledBatch:
-    """A step's rollouts after dynamic sampling."""
-
-    kept: list[Trajectory]  # trajectories of the informative groups the step trains on
-    generated: list[Trajectory]  # every trajectory rolled out this step (all rounds)
-    groups_generated: int = 0
-    groups_informative: int = 0  # informative groups seen (before truncation to the batch size)
-    refill_rounds: int = 0
-    kept_prompt_indices: list[int] = field(default_factory=list)
-
-    def metrics(self) -> dict[str, float]:
-        return {
-            "dynamic/kept_share": self.groups_informative / max(self.groups_generated, 1),
-            "dynamic/groups_kept": float(len(self.kept_prompt_indices)),
-            "dynamic/groups_generated": float(self.groups_generated),
-            "dynamic/refill_rounds": float(self.refill_rounds),
-            "dynamic/rollouts": float(len(self.generated)),
-        }
 
 
 def informative_groups(trajs: list[Trajectory]) -> list[int]:
@@ -62,10 +43,6 @@ def refill_size(deficit: int, informative: int, generated: int) -> int:
     [deficit, 4 * deficit] (a share below 1/4 would ask for more than 4x)."""
     share = informative / generated if generated else 1.0
     return min(4 * deficit, max(deficit, math.ceil(deficit / max(share, 0.25))))
-
-
-RolloutFn = Callable[[list[Task], int, int], list[Trajectory]]
-"""(tasks, first prompt index, rollout seed) -> scored trajectories ordered by (task, sample)."""
 
 
 def sample_with_refill(pool: list[Task], first: list[Task], rollout: RolloutFn, *, seed: int, step: int,
@@ -96,3 +73,19 @@ def sample_with_refill(pool: list[Task], first: list[Task], rollout: RolloutFn, 
     wanted = set(batch.kept_prompt_indices)
     batch.kept = [t for t in batch.generated if t.prompt_index in wanted]
     return batch
+
+
+class DynamicSamplingArm(Arm):
+    """`dynamic_sampling.enabled`."""
+
+    @classmethod
+    def switched_on(cls, cfg) -> bool:
+        return cfg.dynamic_sampling.enabled
+
+    def sample(self, ctx: StepContext, tasks: list[Task], rollout: RolloutFn) -> SampledBatch:
+        ds, cfg = self.cfg.dynamic_sampling, self.cfg
+        return sample_with_refill(ctx.pool, tasks, rollout, seed=cfg.seed, step=ctx.step,
+                                  prompts_per_step=cfg.prompts_per_step, max_refill_rounds=ds.max_refill_rounds)
+
+    def metrics(self, ctx: StepContext, updates: dict) -> dict[str, float]:
+        return ctx.batch.metrics() if ctx.batch is not None else {}

@@ -4,7 +4,7 @@ real, after the episode, and the Rehearse rows of those calls get a fidelity rew
 Selection: each answered Rehearse turn of a trained trajectory is grounded with probability
 `grounded.fraction`, decided by its own seeded draw (`derive_seed(seed, step, prompt, sample, "grounded",
 turn id)`), so a rerun grounds the same calls. Real answers: the shadow monitor's replay
-(envace.trainers.shadow.real_messages): every answered call of the trajectory, in the order the episode
+(envace.trainers.arms.shadow.real_messages): every answered call of the trajectory, in the order the episode
 answered them, in a fresh `WorldEnvironment` reset to the task, so call j's real answer is the world's answer
 after the real effects of calls 1..j-1 (the same actions, real observations). Only after the episode has ended:
 the episode continued on the rehearsed answers, no real answer is ever in an Act or Rehearse prompt.
@@ -23,8 +23,10 @@ A = (R + w·f·g) − mean over the prompt's Rehearse rows of (R + w·f·g), g =
 baseline). The ungrounded Rehearse rows' baseline thus includes the grounded rows' fidelity bonus.
 
 Logged per step: `grounded/calls` (grounded calls), `grounded/fidelity` (their mean f), `grounded/env_calls`
-(real calls replayed for them). Departure: a real call per grounded call is spent in a replayed world, so a
-grounded run is not environment-free; with fraction 0 nothing is replayed and the run is plain EnvACE.
+(real calls replayed for them). As an arm (`GroundedArm`, switched on by `grounded.fraction` > 0): `on_rows`
+grounds the step's trajectories and adds the fidelity rewards before the advantages. Departure: a real call
+per grounded call is spent in a replayed world, so a grounded run is not environment-free; with fraction 0
+nothing is replayed and the run is plain EnvACE.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from dataclasses import dataclass, field
 
 from envace.fidelity import turn_fidelity
 from envace.rollout.seeds import derive_seed
-from envace.trainers.shadow import real_messages
+from envace.trainers.arms.base import Arm, StepContext
+from envace.trainers.arms.shadow import real_messages
 from envace.trainers.train_rows import TrainRow
 from envace.types import Role, Trajectory, Turn
 
@@ -102,3 +105,25 @@ def apply_fidelity_reward(rows: list[TrainRow], grounding: Grounding, coef: floa
             r.reward = r.reward + coef * f
             n += 1
     return n
+
+
+class GroundedArm(Arm):
+    """`grounded.fraction` > 0 (rollout.mode=rehearse, data.source=world, checked by TrainConfig)."""
+
+    grounding: Grounding | None = None  # the current step's, set by on_rows
+
+    @classmethod
+    def switched_on(cls, cfg) -> bool:
+        return cfg.grounded.fraction > 0
+
+    def on_rows(self, ctx: StepContext, rows: list[TrainRow]) -> None:
+        # after every episode of the step ended (the real answers never reach a prompt)
+        from envace.trainers.rewarding import RewardScorer
+
+        g = self.cfg.grounded
+        self.grounding = ground(ctx.trajectories, fraction=g.fraction, metric=g.metric, seed=self.cfg.seed,
+                                step=ctx.step, env_factory=RewardScorer.env_factory())
+        apply_fidelity_reward(rows, self.grounding, g.coef)
+
+    def metrics(self, ctx: StepContext, updates: dict) -> dict[str, float]:
+        return self.grounding.metrics() if self.grounding is not None else {}

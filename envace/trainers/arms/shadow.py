@@ -15,6 +15,9 @@ rehearsed world say no where the real one did, envace.fidelity.turn_error_verdic
 
 Departure: the counterfactual keeps the episode's actions; with real answers the policy might have acted
 differently afterwards (that trajectory is not sampled: it would be another rollout, and cost as much).
+
+As an arm (`ShadowMonitorArm`, switched on by `shadow_monitor`, None = on for world tasks in a rehearsed mode):
+`on_batch` replays every generated trajectory of the step (dropped groups included), `metrics` logs `shadow/*`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from envace.fidelity import aggregate_errors, turn_error_verdict, turn_fidelity
+from envace.trainers.arms.base import Arm, StepContext
 from envace.types import ErrorCode, Message, Observation, Role, ToolCall, Trajectory
 
 
@@ -114,3 +118,23 @@ def shadow_metrics(trajs: list[Trajectory], results: list[ShadowResult]) -> dict
         if errors.precision is not None:
             m["shadow/error_precision"] = errors.precision
     return m
+
+
+class ShadowMonitorArm(Arm):
+    """`TrainConfig.shadow_enabled` (the resolved `shadow_monitor` switch)."""
+
+    found: dict[str, float] | None = None  # the current step's metrics, set by on_batch
+
+    @classmethod
+    def switched_on(cls, cfg) -> bool:
+        return cfg.shadow_enabled
+
+    def on_batch(self, ctx: StepContext) -> None:
+        from envace.worlds.environment import WorldEnvironment
+
+        assert ctx.batch is not None and ctx.scorer is not None
+        trajs = ctx.batch.generated
+        self.found = shadow_metrics(trajs, [shadow_replay(t, ctx.scorer.reward_of, WorldEnvironment) for t in trajs])
+
+    def metrics(self, ctx: StepContext, updates: dict) -> dict[str, float]:
+        return dict(self.found or {})

@@ -8,8 +8,10 @@ few-shot and style; `Trajectory.echo`), and the real answer. Each becomes one ec
 Rehearse prompt, target = the real answer rendered as a Rehearse result, exactly the SFT's Rehearse target
 form (`render_execution_result(agent_value) + "<|im_end|>"`, envace.trainers.sft). The update adds
 `echo_coef` x the token-mean NLL of the echo rows (their own tokens only, temperature 1) to the GRPO loss
-(envace.trainers.update); the GRPO rows, their rewards, advantages and loss are those of plain GRPO.
-Logged per step: `echo/nll`, `echo/tokens`, `echo/rows`.
+(envace.trainers.update, as an `ExtraRows` set named `echo`); the GRPO rows, their rewards, advantages and loss
+are those of plain GRPO. Logged per step: `echo/nll`, `echo/tokens`, `echo/rows`. As an arm (`EchoArm`, switched
+on by `algo.echo_coef` > 0): `before_rollout` asks the rollout for the Rehearse prompts, `extra_rows` adds the
+echo set, `metrics` logs it.
 
 Which model learns: the shared policy; with `policy=per_role`, the Rehearse model (it gets only echo rows,
 since env mode has no Rehearse GRPO rows). A call whose Rehearse prompt would not fit `max_context_tokens`
@@ -25,9 +27,12 @@ from typing import Any
 
 from envace.chat_tokens import encode_target
 from envace.execution_result import render_execution_result
-from envace.trainers.sft import END
-from envace.trainers.train_rows import TrainRow
+from envace.trainers.arms.base import Arm, StepContext
+from envace.trainers.sft_samples import END
+from envace.trainers.train_rows import ExtraRows, TrainRow
 from envace.types import Observation, Role, Trajectory
+
+NAME = "echo"  # the update's row-set name: its metrics are echo_nll, echo_tokens, echo_rows
 
 
 def rehearse_target_text(obs: Observation) -> str:
@@ -53,6 +58,24 @@ def echo_metrics(updates: dict[str, Any]) -> dict[str, float]:
     m: dict[str, float] = {}
     for upd in updates.values():
         um = getattr(upd, "metrics", {})
-        if "echo_nll" in um:
-            m["echo/nll"], m["echo/tokens"], m["echo/rows"] = um["echo_nll"], um["echo_tokens"], um["echo_rows"]
+        if f"{NAME}_nll" in um:
+            m["echo/nll"], m["echo/tokens"], m["echo/rows"] = (um[f"{NAME}_nll"], um[f"{NAME}_tokens"],
+                                                               um[f"{NAME}_rows"])
     return m
+
+
+class EchoArm(Arm):
+    """`algo.echo_coef` > 0 (rollout.mode=env, checked by TrainConfig)."""
+
+    @classmethod
+    def switched_on(cls, cfg) -> bool:
+        return cfg.algo.echo_coef > 0
+
+    def before_rollout(self, ctx: StepContext) -> dict[str, Any]:
+        return {"echo_prompts": True}
+
+    def extra_rows(self, ctx: StepContext) -> list[ExtraRows]:
+        return [ExtraRows(NAME, echo_rows(ctx.trajectories, ctx.tokenizer), self.cfg.algo.echo_coef, Role.REHEARSE)]
+
+    def metrics(self, ctx: StepContext, updates: dict[str, Any]) -> dict[str, float]:
+        return echo_metrics(updates)

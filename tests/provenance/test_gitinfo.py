@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from envace.tracking.gitinfo import UNKNOWN, git_info
+from envace.provenance.gitinfo import UNKNOWN, git_info
 
 
 def git(cwd, *args):

@@ -2,7 +2,7 @@
 wrote it, shared by MLflow (a training run's checkpoints; an eval run's link to the checkpoint it scored)
 and the trajectory store (an eval store run's identity).
 
-The content hash is DVC's directory md5 (`envace.tracking.dvc_hash.content_hash`) of the *model* directory
+The content hash is DVC's directory md5 (`envace.provenance.dvc_hash.content_hash`) of the *model* directory
 that is served: `policy/` (or `act/`) of a `step_*` checkpoint, or a plain HF model directory. The
 optimizer state and meta.json are left out, so the hash names the weights and tokenizer that were scored:
 a checkpoint copied elsewhere, or exported without its optimizer, keeps its hash. A training run's
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from envace.tracking.dvc_hash import content_hash
+from envace.provenance.dvc_hash import content_hash
 
 STEP_DIR = re.compile(r"^step_(\d{6,})$")
 MODEL_SUBDIRS = ("policy", "act")  # the served model of a checkpoint, in order of preference

@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from envace.tracking.dvc_hash import content_hash, data_hash, dir_md5, input_hashes
+from envace.provenance.dvc_hash import content_hash, data_hash, dir_md5, input_hashes
 
 
 def md5(b: bytes) -> str:
