@@ -104,7 +104,7 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
     from envace.provenance.dvc_hash import input_hashes
     from envace.tracking.config import TrackingConfig
     from envace.tracking.locations import Kind, locations
-    from envace.tracking.mlflow_run import start_run
+    from envace.tracking.run_record import tracked_run
     from envace.trainers.config import SFTConfig, TrainConfig
 
     cfg = cfg or (quick_config(str(out_dir)) if quick else DemoConfig(out=str(out_dir)))
@@ -115,7 +115,7 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
     mlflow_uri, store = loc.mlflow_uri, loc.store_url
     t_start = time.perf_counter()
     summary: dict[str, Any] = {}
-    with start_run(mlflow_uri, "envace-demo", "demo", cfg) as parent:
+    with tracked_run(mlflow_uri, "envace-demo", "demo", cfg, kind="demo") as parent:
         _say("1/7 tool world: exporting splits")
         build_data(layout.data, {"train": 200 if quick else 2000, "val": 50, "test": cfg.eval_tasks}, cfg.seed)
         hashes = input_hashes([layout.data])

@@ -27,7 +27,7 @@ from envace.cluster.pipeline import (
     write_summary,
 )
 from envace.config import load_config
-from envace.tracking.mlflow_run import start_run
+from envace.tracking.run_record import tracked_run
 
 
 @task(name="data-version")
@@ -66,13 +66,13 @@ def cluster_pipeline(config: str | None = None, overrides: list[str] | None = No
     summary: dict[str, Any] = {"name": cfg.name, "out_dir": str(out), "mlflow_uri": uri, "steps": steps,
                                "checkpoints": {}}
     current = "data"
-    with start_run(uri, cfg.experiment, cfg.name, cfg, tags={"envace.kind": "cluster-pipeline"}) as parent:
+    with tracked_run(uri, cfg.experiment, cfg.name, cfg, kind="cluster-pipeline") as parent:
         summary["parent_run_id"] = parent.run_id
         try:
             data = None
             if cfg.data.enabled:
-                with start_run(uri, cfg.experiment, "data", cfg.data, parent_run_id=parent.run_id,
-                               tags={"envace.kind": "data"}) as run:
+                with tracked_run(uri, cfg.experiment, "data", cfg.data, kind="data",
+                                 parent_run_id=parent.run_id) as run:
                     data = data_task(cfg)
                     run.set_tags({"dvc.md5": data["md5"], "envace.inputs": str(data["hashes"])})
                 steps["data"] = StepStatus.DONE
@@ -80,9 +80,8 @@ def cluster_pipeline(config: str | None = None, overrides: list[str] | None = No
             current = "verl-train"
             launch = None
             if cfg.train.mode is not TrainMode.SKIP:
-                with start_run(uri, cfg.experiment, "verl-train", {"train": cfg.train.model_dump(mode="json")},
-                               parent_run_id=parent.run_id,
-                               tags={"envace.kind": "train", "envace.backend": "verl"}) as run:
+                with tracked_run(uri, cfg.experiment, "verl-train", {"train": cfg.train.model_dump(mode="json")},
+                                 kind="train", parent_run_id=parent.run_id, tags={"envace.backend": "verl"}) as run:
                     summary["train"] = train_task(cfg, data, run.run_id)
                     run.set_tags({"envace.train_mode": cfg.train.mode.value})
                 launch = summary["train"]
@@ -104,10 +103,10 @@ def cluster_pipeline(config: str | None = None, overrides: list[str] | None = No
             steps["merge"] = StepStatus.DONE
             current = "evaluate"
             for ckpt in ckpts:
-                with start_run(uri, cfg.experiment, f"eval-step-{ckpt.step}",
-                               {"step": ckpt.step, "eval": cfg.eval.model_dump(mode="json")},
-                               parent_run_id=parent.run_id, tags={"envace.kind": "eval", "envace.step": ckpt.step},
-                               input_paths=[merged[ckpt.step]["target"]]) as run:
+                with tracked_run(uri, cfg.experiment, f"eval-step-{ckpt.step}",
+                                 {"step": ckpt.step, "eval": cfg.eval.model_dump(mode="json")}, kind="eval",
+                                 parent_run_id=parent.run_id, tags={"envace.step": ckpt.step},
+                                 input_paths=[merged[ckpt.step]["target"]]) as run:
                     ev = eval_task.with_options(task_run_name=f"evaluate[step {ckpt.step}]")(
                         cfg, merged[ckpt.step]["target"], ckpt.step)
                     run.log_step_metrics(ckpt.step, ev["metrics"])

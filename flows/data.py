@@ -18,7 +18,7 @@ from envace.data.export import export_world
 from envace.data.versioning import add_dataset
 from envace.provenance.dvc_hash import input_hashes
 from envace.tracking.locations import Kind, locations
-from envace.tracking.mlflow_run import start_run
+from envace.tracking.run_record import tracked_run
 
 
 @task(name="export-world")
@@ -38,10 +38,10 @@ def hashes_task(paths: list[str]) -> dict[str, str]:
 
 
 @task(name="log-data-version")
-def log_task(mlflow_uri: str | None, experiment: str, run_name: str, params: dict[str, Any],
+def log_task(mlflow_uri: str, experiment: str, run_name: str, params: dict[str, Any],
              paths: list[str], record: dict[str, Any]) -> str:
-    tags = {"envace.kind": "data", "dvc.md5": record["version"]["md5"]}
-    with start_run(mlflow_uri, experiment, run_name, params, tags=tags, input_paths=paths) as run:
+    tags = {"dvc.md5": record["version"]["md5"]}
+    with tracked_run(mlflow_uri, experiment, run_name, params, kind="data", tags=tags, input_paths=paths) as run:
         run.log_artifact_dict(record, "data/version.json")
     return run.run_id
 

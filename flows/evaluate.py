@@ -24,7 +24,7 @@ from envace.evaluation.config import EvalConfig
 from envace.evaluation.run import resolve_model_dir, run_eval
 from envace.sweeps.cells import eval_metrics
 from envace.tracking.locations import Kind, locations
-from envace.tracking.mlflow_run import start_run
+from envace.tracking.run_record import tracked_run
 from envace_flows.common import task_runner_for
 from envace_flows.train import with_endpoint_retries
 
@@ -97,11 +97,10 @@ def evaluate_checkpoint(model: str | None = None, benchmarks: list[str] | None =
                 failed[b] = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(fut.state.message)
                 logger.error("eval[%s]: FAILED: %s", b, failed[b])
     uri = locations(out, Kind.FLOW, mlflow_uri=mlflow_uri).mlflow_uri  # <out>/mlflow/ by default
-    with start_run(uri, experiment, f"eval-{name}",
+    with tracked_run(uri, experiment, f"eval-{name}",
                    {"model": model, "benchmarks": benchmarks, "overrides": overrides or [],
                     "config": base.model_dump(mode="json")},
-                   parent_run_id=parent_run_id, tags={"envace.kind": "eval"},
-                   input_paths=[model] if model else []) as run:
+                     kind="eval", parent_run_id=parent_run_id, input_paths=[model] if model else []) as run:
         for b, res in results.items():  # world: eval/world/<metric>; others: eval/<benchmark>/<metric>
             run.log_step_metrics(0, eval_metrics(res, prefix="eval" if b == "world" else f"eval/{b}"))
             run.log_artifact_dict(res, f"eval/{b}.json")

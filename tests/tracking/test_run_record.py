@@ -4,6 +4,9 @@ run names its MLflow run whatever the outcome. A record without MLflow (store ru
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 from mlflow.tracking import MlflowClient
@@ -11,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from envace.store.runs import RunInfo
 from envace.store.synthetic import synthetic_trajectory
 from envace.tracking.locations import Kind, locations
-from envace.tracking.run_record import RunRecord
+from envace.tracking.run_record import RunRecord, tracked_run
 
 
 def _store_runs(db) -> dict[str, tuple[str, str | None]]:
@@ -73,6 +76,34 @@ def test_store_runs_alone_end_with_the_block(tmp_path):
     assert _store_runs(db)["w2"] == ("finished", None)
     with pytest.raises(ValueError, match="locations"):
         RunRecord()
+
+
+def test_a_tracked_run_is_a_record_with_one_mlflow_run_and_its_parent(tmp_path):
+    uri = locations(tmp_path / "flow", Kind.FLOW).mlflow_uri
+    with tracked_run(uri, "exp", "pipeline", {"n": 1}, kind="pipeline") as parent:
+        with pytest.raises(RuntimeError, match="boom"):
+            with tracked_run(uri, "exp", "eval", {}, kind="eval", parent_run_id=parent.run_id,
+                             tags={"envace.step": 3}) as child:
+                raise RuntimeError("boom")
+    client = MlflowClient(uri)
+    p, c = client.get_run(parent.run_id), client.get_run(child.run_id)
+    assert (p.info.status, p.data.tags["envace.kind"]) == ("FINISHED", "pipeline")
+    assert (c.info.status, c.data.tags["envace.kind"], c.data.tags["envace.step"]) == ("FAILED", "eval", "3")
+    assert c.data.tags["mlflow.parentRunId"] == parent.run_id
+    assert c.data.tags["envace.error"] == "RuntimeError: boom"
+
+
+def test_only_the_run_record_opens_an_mlflow_run():
+    """Every command's MLflow runs go through RunRecord (train, eval, worldbench, sweeps, demo, flows)."""
+    root = Path(__file__).resolve().parents[2]
+    callers = []
+    for pkg in ("envace", "flows"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                name = getattr(node, "func", None)
+                if isinstance(node, ast.Call) and getattr(name, "id", getattr(name, "attr", "")) == "start_run":
+                    callers.append(path.relative_to(root).as_posix())
+    assert callers == ["envace/tracking/run_record.py"]
 
 
 class _nothing:
