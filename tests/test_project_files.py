@@ -29,7 +29,7 @@ def test_license_citation_and_pyproject_agree():
     assert "END OF TERMS AND CONDITIONS" in text
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
-    assert project["license"] == {"text": "Apache-2.0"} and cff["license"] == "Apache-2.0"
+    assert project["license"] == "Apache-2.0" and cff["license"] == "Apache-2.0"
     assert cff["version"] == project["version"] == envace.__version__
     assert cff["cff-version"] == "1.2.0" and cff["type"] == "software"
     paper = cff["preferred-citation"]
