@@ -10,7 +10,9 @@ A signal handler runs wherever the main thread happens to be, a finaliser or a w
 (SQLAlchemy's registry callbacks, a `__del__`), and there Python prints the exception as "Exception ignored
 in ..." and goes on: the SIGTERM would be lost and the run would carry on to a normal exit. While the block
 runs, a `sys.unraisablehook` catches such a `Terminated` and schedules the handler again
-(`_thread.interrupt_main`), so it is raised in the block's own code; other swallowed exceptions go
+(a real signal to the main thread, `signal.pthread_kill`: unlike `_thread.interrupt_main`, which only sets
+a flag, it also wakes a main thread blocked in a wait, such as a flow waiting for its cells), so it is
+raised in the block's own code; other swallowed exceptions go
 to the hook that was there before. A short timer thread does the scheduling (calling it from the hook
 would run the handler again at once, inside the hook); a block that ends before the retry lands raises
 `Terminated` as it exits.
@@ -24,7 +26,6 @@ directory (`envace.trainers.run_tracker.RunTracker` marks its predecessor's runs
 
 from __future__ import annotations
 
-import _thread
 import signal
 import sys
 import threading
@@ -101,10 +102,10 @@ def sigterm_raises() -> Iterator[None]:
 
     def _retry_soon(signum: int) -> None:
         """Run the handler again from another thread a moment later, once the main thread has left the
-        finaliser (calling `interrupt_main` here would run the handler again inside it, or inside itself)."""
+        finaliser (signalling from the hook itself would run the handler again inside it, or inside itself)."""
         nonlocal retrying
         retrying = signum
-        timer = threading.Timer(_RETRY_AFTER_S, _thread.interrupt_main, (signum,))
+        timer = threading.Timer(_RETRY_AFTER_S, signal.pthread_kill, (threading.main_thread().ident, signum))
         timer.daemon = True
         timers.append(timer)
         timer.start()

@@ -89,6 +89,23 @@ def test_a_sigterm_landing_in_a_finaliser_is_not_lost(tmp_path, default_sigterm)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+def test_a_signal_deferred_from_a_database_call_wakes_a_main_thread_blocked_in_a_wait(monkeypatch, default_sigterm):
+    """A SIGTERM that lands in a database call is delivered again later; by then the main thread may sit in a
+    blocking wait (a flow waiting for its cells). The retry must wake it, not only flag it: the wait below
+    would otherwise run its whole 60 s and the run would go on until the cells end."""
+    import threading
+
+    calls = []
+    monkeypatch.setattr(lifecycle, "_in_database", lambda frame: not calls and not calls.append(frame))
+    blocked = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(Terminated):
+        with sigterm_raises():
+            os.kill(os.getpid(), signal.SIGTERM)  # lands "in a database call": deferred
+            blocked.wait(timeout=60)  # never set: only the signal can end it
+    assert len(calls) == 1 and time.monotonic() - started < 30  # woken, not timed out
+
+
 def test_a_block_that_ends_before_the_retry_lands_raises_as_it_exits(monkeypatch, default_sigterm):
     monkeypatch.setattr(lifecycle, "_RETRY_AFTER_S", 600.0)
     with pytest.raises(Terminated):
