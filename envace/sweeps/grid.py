@@ -123,7 +123,8 @@ class SweepConfig(BaseConfig):
                     if "=" not in item:
                         raise ConfigError(f"sweep {self.name!r}: axis {axis!r} level {level!r}: override {item!r} "
                                           f"is not key=value")
-        for text in [*self.overrides, *(self.eval_overrides or []),
+        wb_score = self.worldbench.score if self.worldbench else []
+        for text in [*self.overrides, *(self.eval_overrides or []), *wb_score,
                      *(ov for a, spec in self.axes.items() for _, ovs in axis_levels(a, spec) for ov in ovs)]:
             for name in _SFT_REF.findall(text):
                 if name not in self.sft:
@@ -275,8 +276,7 @@ def expand_cells(cfg: SweepConfig, parent_run_id: str | None = None) -> list[Cel
     out_root = Path(cfg.out_dir) / "cells"
     cells: list[CellSpec] = []
     seen: dict[str, str] = {}
-    wb = ({"worldbench_data": str(cfg.worldbench.data_dir(cfg.out_dir)), "worldbench_score": cfg.worldbench.score}
-          if cfg.worldbench is not None else {})
+    wb = {"worldbench_data": str(cfg.worldbench.data_dir(cfg.out_dir))} if cfg.worldbench is not None else {}
     first_axis = next(iter(cfg.axes), None)
 
     def add(name: str, **fields: Any) -> None:
@@ -295,6 +295,9 @@ def expand_cells(cfg: SweepConfig, parent_run_id: str | None = None) -> list[Cel
 
         def refs(items: list[str] | None, sft: dict[str, SFTSpec] = sft) -> list[str] | None:
             return None if items is None else [resolve_sft_refs(x, sft) for x in items]
+
+        if cfg.worldbench is not None:  # e.g. act_checkpoint={sft:default}: BehR's frozen Act is the start model
+            wb["worldbench_score"] = refs(cfg.worldbench.score)
 
         for level, name in cfg.baselines.items():  # base (no RL) rows: evaluate the SFT model itself
             levels = {a: (level if a == first_axis else "-") for a in cfg.axes}

@@ -87,7 +87,7 @@ def test_all_excluded_and_colliding_dirs_are_errors():
 
 
 @pytest.mark.parametrize("name, n_cells", [("paper_ablations", 36), ("tts", 42), ("example_two_cell", 2),
-                                                  ("world_models", 18)])
+                                                  ("world_models", 18), ("world_model_knobs", 21)])
 def test_shipped_sweeps_expand_and_every_cell_config_validates(name, n_cells):
     cfg = load_config(SweepConfig, REPO / "configs" / "sweeps" / f"{name}.yaml")
     cells = expand_cells(cfg)
@@ -189,6 +189,12 @@ def test_sft_refs_and_baselines_are_validated():
     assert cells[2].all_overrides() == ["model=/tmp/sft_a/model", "seed=0"]
     with pytest.raises(ValueError, match=r"\{sft:b\}"):
         make(sft=sft, overrides=["model={sft:b}"])
+    # worldbench scoring names the start model the same way (BehR's frozen Act): resolved per start, checked
+    wb = {"score": ["limit=5", "act_checkpoint={sft:a}", "behr=true"]}
+    cells = expand_cells(make(sft=sft, axes={"v": {"x": []}}, seeds=[0], worldbench=wb))
+    assert cells[0].worldbench_score == ["limit=5", "act_checkpoint=/tmp/sft_a/model", "behr=true"]
+    with pytest.raises(ValueError, match=r"\{sft:b\}"):
+        make(sft=sft, worldbench={"score": ["act_checkpoint={sft:b}"]})
     with pytest.raises(ValueError, match="baselines.base names SFT checkpoint 'zz'"):
         make(sft=sft, axes={"v": {"x": []}}, baselines={"base": "zz"}, eval_overrides=["n_tasks=2"])
     with pytest.raises(ValueError, match="need eval_overrides"):
