@@ -87,7 +87,7 @@ def test_all_excluded_and_colliding_dirs_are_errors():
 
 
 @pytest.mark.parametrize("name, n_cells", [("paper_ablations", 36), ("tts", 42), ("example_two_cell", 2),
-                                                  ("world_models", 18), ("world_model_knobs", 21)])
+                                                  ("world_models", 18), ("world_model_knobs", 24)])
 def test_shipped_sweeps_expand_and_every_cell_config_validates(name, n_cells):
     cfg = load_config(SweepConfig, REPO / "configs" / "sweeps" / f"{name}.yaml")
     cells = expand_cells(cfg)
