@@ -1,6 +1,7 @@
 """configs/sweeps/world_models.yaml at toy size end to end on Prefect's real engine: its own SFT start, its own
 worldbench build (built-in world transitions), every arm trained one step and evaluated on the task and on
-worldbench, and the task-gain vs world-model-gain table written and checked against the cells' own scores."""
+worldbench, and the task-gain vs world-model-gain table and the seed-level fidelity table written and checked
+against the cells' own scores."""
 
 from __future__ import annotations
 
@@ -54,6 +55,10 @@ def test_world_models_sweep_writes_the_task_vs_world_model_table(prefect_harness
         return json.loads((Path(summary["out_dir"]) / "cells" / slugify(name) / "worldbench" /
                            "worldbench.json").read_text())
 
+    # the seed-level fidelity table: with one seed, each arm's gain is its cell minus the base cell, no interval
+    seeds = pd.read_csv(Path(summary["out_dir"]) / "results" / "world_model_seeds.csv")
+    leaf = seeds[seeds["metric"] == "worldbench/all/leaf_f1"].set_index("arm")
+    assert set(leaf.index) == {f"variant={a}" for a in ARMS} and set(leaf["n"]) == {1}
     base = cell("variant=base,seed=0")
     (base_row,) = base["rows"].values()
     assert base_row["n"] == 6  # limit=6 of the world test transitions, no reference rows
@@ -65,6 +70,7 @@ def test_world_models_sweep_writes_the_task_vs_world_model_table(prefect_harness
             want = arm_row["aggregate"]["all"][key] - base_row["aggregate"]["all"][key]
             assert row[f"wm_{metric}_gain"] == pytest.approx(want, abs=1e-9)
             assert row[f"wm_{metric}_lo"] - 1e-9 <= row[f"wm_{metric}_gain"] <= row[f"wm_{metric}_hi"] + 1e-9
+        assert leaf.at[f"variant={arm}", "diff"] == pytest.approx(row["wm_leaf_f1_gain"], abs=1e-9)
         assert row["transitions"] == 6 and row["tasks"] == 2
         assert row["task_success_lo"] - 1e-9 <= row["task_success_gain"] <= row["task_success_hi"] + 1e-9
     per_role = cell("variant=per_role,seed=0")["config"]
