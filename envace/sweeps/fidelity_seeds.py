@@ -60,11 +60,15 @@ def _value(record: Mapping[str, Any], metric: str) -> float:
 
 
 def _trained(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, Mapping[str, Any]]]:
-    """{(start model, arm group): {seed: record}} of the trained cells."""
+    """{(start model, arm name): {seed: record}} of the trained cells; the arm name is the group, followed by
+    ' @ <start model>' when the sweep trains from several starts (model scale, SFT starts)."""
+    starts = {str(r.get("start_model") or "") for r in records if r.get("kind") == "train"}
     out: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = {}
     for r in records:
         if r.get("kind") == "train":
-            out.setdefault((str(r.get("start_model") or ""), str(r["group"])), {})[int(r["seed"])] = r
+            model = str(r.get("start_model") or "")
+            name = str(r["group"]) if len(starts) == 1 else f"{r['group']} @ {model}"
+            out.setdefault((model, name), {})[int(r["seed"])] = r
     return out
 
 
@@ -186,14 +190,20 @@ def markdown_fidelity(gains: pd.DataFrame, order: Sequence[Mapping[str, Any]]) -
     return "\n".join(lines)
 
 
-def write_fidelity(out_dir: str | Path, records: Sequence[Mapping[str, Any]]) -> dict[str, Path]:
-    """results/world_model_seeds.md (both tables), world_model_seeds.csv (gains) and world_model_pairs.csv."""
+def fidelity_report(records: Sequence[Mapping[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(gains, pairs, Markdown of both tables) of the records."""
     gains, pairs = fidelity_gains(records), arm_pairs(records)
     order = arm_order(gains, pairs) if not pairs.empty else []
+    return gains, pairs, markdown_fidelity(gains, order)
+
+
+def write_fidelity(out_dir: str | Path, records: Sequence[Mapping[str, Any]]) -> dict[str, Path]:
+    """results/world_model_seeds.md (both tables), world_model_seeds.csv (gains) and world_model_pairs.csv."""
+    gains, pairs, markdown = fidelity_report(records)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / name for name in ("world_model_seeds.md", "world_model_seeds.csv", "world_model_pairs.csv")}
     gains.to_csv(paths["world_model_seeds.csv"], index=False)
     pairs.to_csv(paths["world_model_pairs.csv"], index=False)
-    paths["world_model_seeds.md"].write_text(markdown_fidelity(gains, order) + "\n")
+    paths["world_model_seeds.md"].write_text(markdown + "\n")
     return paths

@@ -10,7 +10,8 @@ The sweep flow keeps its cell records beside the results (`<out_dir>/results/rec
 - `contrasts.csv` (only when the sweep names contrasts): arm, comparator.
 `analyze(dest)` rebuilds every cell's per-episode outcomes from those files and recomputes the mean ± 95 % CI
 table (the default sweep metrics present in cells.csv) and the seed-level paired table
-(`envace.sweeps.paired_report.paired_table`), writing `report.md` and `paired.csv` into `dest`.
+(`envace.sweeps.paired_report.paired_table`), writing `report.md` and `paired.csv` into `dest`; when cells.csv
+holds worldbench metrics, the report ends with the seed-level fidelity section (`envace.sweeps.fidelity_seeds`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from envace.evaluation.paired import TaskScores
+from envace.sweeps.fidelity_seeds import fidelity_report
 from envace.sweeps.paired_report import Cell, load_cells, markdown_paired, model_key, paired_table
 from envace.sweeps.results import cells_frame, markdown_table, summarize
 
@@ -169,6 +171,18 @@ def _results_markdown(path: Path) -> str:
     return markdown_table(summarize(records, axes, metrics))
 
 
+def _fidelity_markdown(path: Path) -> str:
+    """The seed-level fidelity section (envace.sweeps.fidelity_seeds) when cells.csv holds worldbench metrics."""
+    cells = pd.read_csv(path)
+    if not any(c.startswith("worldbench/") for c in cells.columns):
+        return ""
+    _need(cells, ["group", "kind", "seed", "start_model"], path)
+    metrics = [c for c in cells.columns if c.startswith(("eval/", "worldbench/"))]
+    records = [{"group": r["group"], "kind": r["kind"], "seed": int(r["seed"]), "start_model": r["start_model"],
+                "metrics": {m: float(r[m]) for m in metrics if pd.notna(r[m])}} for _, r in cells.iterrows()]
+    return f"## Fidelity at the seed level\n\n{fidelity_report(records)[2]}\n"
+
+
 def analyze(dest: str | Path, *, n_boot: int = 10_000) -> dict[str, Any]:
     """The sweep's report from `dest`'s files alone: writes report.md and paired.csv there; returns the
     paired table, the Markdown, the paths and the wall time."""
@@ -185,6 +199,8 @@ def analyze(dest: str | Path, *, n_boot: int = 10_000) -> dict[str, Any]:
     table = paired_table(cells_from_outcomes(dest / OUTCOMES), contrasts=contrasts, n_boot=n_boot)
     markdown = (f"## Results (mean ± 95 % CI over seeds)\n\n{_results_markdown(dest / CELLS)}\n\n"
                 f"## Paired comparisons (seed level)\n\n{markdown_paired(table)}\n")
+    fidelity = _fidelity_markdown(dest / CELLS)
+    markdown += f"\n{fidelity}" if fidelity else ""
     paths = {"report.md": dest / "report.md", "paired.csv": dest / "paired.csv"}
     paths["report.md"].write_text(markdown)
     table.to_csv(paths["paired.csv"], index=False)

@@ -69,10 +69,20 @@ def test_kendall_tau_by_hand():
     assert math.isnan(kendall_tau([1], [1]))
 
 
-def test_arms_from_another_start_or_without_a_base_are_left_out(records, tmp_path):
-    other = [_cell("variant=d", "train", s, 0.9, 0.1, model="runs/other/model") for s in range(3)]
-    gains, pairs = fidelity_gains(records + other), arm_pairs(records + other)
-    assert "variant=d" not in set(gains["arm"]) and "variant=d" not in set(pairs["a"]) | set(pairs["b"])
-    paths = write_fidelity(tmp_path, records + other)
+def test_an_arm_without_a_base_row_of_its_start_has_no_gain(records, tmp_path):
+    d = [_cell("variant=d", "train", s, 0.9, 0.1, model="runs/other/model") for s in range(3)]
+    gains, pairs = fidelity_gains(records + d), arm_pairs(records + d)
+    assert not any(a.startswith("variant=d") for a in gains["arm"])
+    assert not any(a.startswith("variant=d") for a in set(pairs["a"]) | set(pairs["b"]))  # no other arm there
+    paths = write_fidelity(tmp_path, records)
     text = paths["world_model_seeds.md"].read_text()
     assert "| variant=a | 3 |" in text and "variant=a vs variant=c" in text
+
+
+def test_arms_of_several_starts_are_named_by_their_start(records):
+    other = [{**r, "start_model": "runs/other/model"} for r in records]
+    gains = fidelity_gains(records + other)
+    assert set(gains["arm"]) == {f"variant={a} @ {m}" for a in "abc" for m in ("runs/sft/model", "runs/other/model")}
+    assert set(gains.groupby("arm")["n"].max()) == {3}
+    pairs = arm_pairs(records + other)
+    assert all(a.split(" @ ")[1] == b.split(" @ ")[1] for a, b in zip(pairs["a"], pairs["b"]))

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from envace.sweeps.fidelity_seeds import fidelity_report
 from envace.sweeps.outcomes import analyze, export_outcomes, write_records
 from envace.sweeps.paired_report import paired_report
 
@@ -123,3 +124,24 @@ def test_the_cli_exports_and_analyzes(tmp_path):
     pd.testing.assert_frame_equal(pd.read_csv(dest / "paired.csv"), pd.read_csv(_csv(want, tmp_path)))
     result = CliRunner().invoke(app, ["sweep", "analyze", str(tmp_path / "empty")])
     assert result.exit_code != 0 and "outcomes.csv.gz not found" in str(result.exception)
+
+
+def test_analyze_adds_the_seed_level_fidelity_section_when_cells_hold_worldbench_metrics(tmp_path):
+    sweep = tmp_path / "sweep"
+    records = _sweep(sweep)
+    for r in records:  # a fidelity reading per cell: the seed and the start set it, the arm shifts it
+        shift = {"variant=base": 0.0, "variant=envace": 0.1, "variant=grpo": -0.05}[r["group"]]
+        r["metrics"]["worldbench/all/leaf_f1"] = 0.2 + shift + 0.01 * r["seed"] * (1 + r["sft_seed"])
+    write_records(sweep / "results", records, out_dir=sweep)
+    dest = tmp_path / "committed"
+    export_outcomes(sweep, dest)
+    out = analyze(dest, n_boot=200)
+    want = fidelity_report(records)[2]
+    assert out["markdown"].endswith(f"## Fidelity at the seed level\n\n{want}\n")
+    assert ("| variant=envace @ runs/sft/seed_1/model | 3 | +0.000 [+0.000, +0.000] 0/3 | +0.100 [+0.100, +0.100] 3/3 |"
+            in want.splitlines())
+    plain = tmp_path / "plain"
+    export_outcomes(sweep, plain)
+    cells = pd.read_csv(plain / "cells.csv").drop(columns=["worldbench/all/leaf_f1"])
+    cells.to_csv(plain / "cells.csv", index=False)
+    assert "Fidelity" not in analyze(plain, n_boot=200)["markdown"]  # no worldbench metric: no section
