@@ -50,7 +50,7 @@ from envace.cpu_threads import cpu_jobs
 from envace.secrets import mask_text
 from envace.sweeps.cells import calls_endpoint, cell_cache_key, resolve_cell_config, run_cell
 from envace.sweeps.curves import markdown_curves, sweep_curves, write_curves
-from envace.sweeps.fidelity_seeds import write_fidelity
+from envace.sweeps.fidelity_seeds import fidelity_report, write_fidelity
 from envace.sweeps.grid import CellSpec, SweepConfig, expand_cells, slugify
 from envace.sweeps.outcomes import write_records
 from envace.sweeps.paired_report import markdown_paired, paired_report
@@ -276,7 +276,8 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
         paths["records.json"] = write_records(out / "results", records, out_dir=out, contrasts=cfg.contrast_groups())
         if world is not None:
             paths.update(write_world_models(out / "results", world, tracking))
-            paths.update(write_fidelity(out / "results", records))  # seed-level fidelity, the arms' order
+            fidelity = fidelity_report(records)  # seed-level fidelity, the arms' order
+            paths.update(write_fidelity(out / "results", fidelity))
         curves = sweep_curves(records, cfg.resolved_mlflow_uri())  # per-arm training curves, seeds pooled
         if not curves.empty:
             paths.update(write_curves(out / "results", curves, cfg.name))
@@ -296,7 +297,7 @@ def execute_sweep(cfg: SweepConfig) -> dict[str, Any]:
                              f"{markdown_paired(paired)}\n\n"
                              + (f"### Task gain vs world-model gain\n{markdown_world_models(world)}\n\n"
                                 f"{markdown_tracking(tracking)}\n\n### Fidelity at the seed level\n"
-                                f"{paths['world_model_seeds.md'].read_text()}\n" if world is not None else "")
+                                f"{fidelity[2]}\n\n" if world is not None else "")
                              + (f"### Training curves\n{markdown_curves(curves)}\n\n" if not curves.empty else "")
                              + f"### Failed cells\n{failures}\n",
                              key=f"{key}-summary", description=f"sweep {cfg.name} summary")

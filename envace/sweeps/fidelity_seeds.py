@@ -147,26 +147,21 @@ def arm_order(gains: pd.DataFrame, pairs: pd.DataFrame, *, against: str = STRING
         other = pairs[pairs["metric"] == metric].set_index(["a", "b"])["better"]
         keys = [k for k in other.index if k in ref.index]
         both = [k for k in keys if ref[k] and other[k]]
-        arms = [a for a in means.index if against in means and metric in means and
-                means.at[a, against] == means.at[a, against] and means.at[a, metric] == means.at[a, metric]]
-        tau = kendall_tau([means.at[a, against] * sign[against] for a in arms],
-                          [means.at[a, metric] * sign[metric] for a in arms])
+        both_means = means.reindex(columns=[against, metric]).dropna()  # arms with a gain in both readings
+        tau = kendall_tau(both_means[against] * sign[against], both_means[metric] * sign[metric])
         out.append({"metric": metric, "label": next(x.label for x in READINGS if x.metric == metric),
                     "pairs": len(keys), "concordant": sum(ref[k] == other[k] for k in both),
                     "discordant": [f"{k[0]} vs {k[1]}" for k in both if ref[k] != other[k]],
                     "ordered_by_this_only": sum(bool(other[k]) and not ref[k] for k in keys),
                     "ordered_by_string_only": sum(bool(ref[k]) and not other[k] for k in keys),
-                    "neither": sum(not ref[k] and not other[k] for k in keys), "kendall_tau": tau, "arms": len(arms)})
+                    "neither": sum(not ref[k] and not other[k] for k in keys), "kendall_tau": tau,
+                    "arms": len(both_means)})
     return out
 
 
-def _iv(d: float, lo: float, hi: float) -> str:
-    if d != d:
-        return "n/a"
-    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" if lo == lo else f"{d:+.3f}"
-
-
 def markdown_fidelity(gains: pd.DataFrame, order: Sequence[Mapping[str, Any]]) -> str:
+    from envace.sweeps.world_model import gain_text
+
     if gains.empty:
         return "(no seed-level fidelity readings: no trained arm has a base row of its start with the same seed)"
     labels = list(dict.fromkeys(gains["label"]))
@@ -174,7 +169,7 @@ def markdown_fidelity(gains: pd.DataFrame, order: Sequence[Mapping[str, Any]]) -
              "seeds; k/n = seeds on the better side (BehR |Δ|: lower is better).", "",
              "| arm | seeds | " + " | ".join(labels) + " |", "|---|---:|" + "---|" * len(labels)]
     for arm, part in gains.groupby("arm", sort=False):
-        cells = {r["label"]: f"{_iv(r['diff'], r['lo'], r['hi'])} {r['better_seeds']}/{r['n']}"
+        cells = {r["label"]: f"{gain_text(r['diff'], r['lo'], r['hi'])} {r['better_seeds']}/{r['n']}"
                  for _, r in part.iterrows()}
         row = " | ".join(cells.get(x, "n/a") for x in labels)
         lines.append(f"| {arm} | {int(part['seeds'].max())} | {row} |")
@@ -197,9 +192,10 @@ def fidelity_report(records: Sequence[Mapping[str, Any]]) -> tuple[pd.DataFrame,
     return gains, pairs, markdown_fidelity(gains, order)
 
 
-def write_fidelity(out_dir: str | Path, records: Sequence[Mapping[str, Any]]) -> dict[str, Path]:
-    """results/world_model_seeds.md (both tables), world_model_seeds.csv (gains) and world_model_pairs.csv."""
-    gains, pairs, markdown = fidelity_report(records)
+def write_fidelity(out_dir: str | Path, report: tuple[pd.DataFrame, pd.DataFrame, str]) -> dict[str, Path]:
+    """A `fidelity_report` as results/world_model_seeds.md (both tables), world_model_seeds.csv (gains) and
+    world_model_pairs.csv."""
+    gains, pairs, markdown = report
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / name for name in ("world_model_seeds.md", "world_model_seeds.csv", "world_model_pairs.csv")}

@@ -159,8 +159,7 @@ def cells_from_outcomes(path: str | Path) -> list[Cell]:
     return list(cells.values())
 
 
-def _results_markdown(path: Path) -> str:
-    cells = pd.read_csv(path)
+def _results_markdown(cells: pd.DataFrame, path: Path) -> str:
     _need(cells, ["group", "seed", "start_model"], path)
     axes = list(cells.columns[:cells.columns.get_loc("group")])
     metrics = [m for m in REPORT_METRICS if m in cells.columns]
@@ -171,9 +170,8 @@ def _results_markdown(path: Path) -> str:
     return markdown_table(summarize(records, axes, metrics))
 
 
-def _fidelity_markdown(path: Path) -> str:
+def _fidelity_markdown(cells: pd.DataFrame, path: Path) -> str:
     """The seed-level fidelity section (envace.sweeps.fidelity_seeds) when cells.csv holds worldbench metrics."""
-    cells = pd.read_csv(path)
     if not any(c.startswith("worldbench/") for c in cells.columns):
         return ""
     _need(cells, ["group", "kind", "seed", "start_model"], path)
@@ -197,9 +195,10 @@ def analyze(dest: str | Path, *, n_boot: int = 10_000) -> dict[str, Any]:
         _need(frame, ["arm", "comparator"], dest / CONTRASTS)
         contrasts = list(zip(frame["arm"], frame["comparator"]))
     table = paired_table(cells_from_outcomes(dest / OUTCOMES), contrasts=contrasts, n_boot=n_boot)
-    markdown = (f"## Results (mean ± 95 % CI over seeds)\n\n{_results_markdown(dest / CELLS)}\n\n"
+    cells = pd.read_csv(dest / CELLS)
+    markdown = (f"## Results (mean ± 95 % CI over seeds)\n\n{_results_markdown(cells, dest / CELLS)}\n\n"
                 f"## Paired comparisons (seed level)\n\n{markdown_paired(table)}\n")
-    fidelity = _fidelity_markdown(dest / CELLS)
+    fidelity = _fidelity_markdown(cells, dest / CELLS)
     markdown += f"\n{fidelity}" if fidelity else ""
     paths = {"report.md": dest / "report.md", "paired.csv": dest / "paired.csv"}
     paths["report.md"].write_text(markdown)

@@ -282,10 +282,11 @@ def _model_key(path: Any) -> str:
     return str(Path(str(path)).resolve()) if path else ""
 
 
-def _iv(d: float, lo: float, hi: float) -> str:
-    if d != d:  # NaN: no task evaluation
+def gain_text(d: float, lo: float, hi: float) -> str:
+    """'+d [lo, hi]' for a table cell; 'n/a' without a value (no task evaluation), '+d' without an interval."""
+    if d != d:
         return "n/a"
-    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" if lo == lo else f"{d:+.3f}"
 
 
 def markdown_world_models(table: pd.DataFrame) -> str:
@@ -295,10 +296,11 @@ def markdown_world_models(table: pd.DataFrame) -> str:
              "leaf F1 gain | exact gain |", "|---|---|---|---|---|---|---:|---|---|"]
     for _, r in table.iterrows():
         lines.append(f"| {r['arm']} | {r['base']} | {r['seeds']} | {r['source']} | "
-                     f"{_iv(r['task_success_gain'], r['task_success_lo'], r['task_success_hi'])} | "
-                     f"{_iv(r['task_reward_gain'], r['task_reward_lo'], r['task_reward_hi'])} | {r['transitions']} | "
-                     f"{_iv(r['wm_leaf_f1_gain'], r['wm_leaf_f1_lo'], r['wm_leaf_f1_hi'])} | "
-                     f"{_iv(r['wm_exact_gain'], r['wm_exact_lo'], r['wm_exact_hi'])} |")
+                     f"{gain_text(r['task_success_gain'], r['task_success_lo'], r['task_success_hi'])} | "
+                     f"{gain_text(r['task_reward_gain'], r['task_reward_lo'], r['task_reward_hi'])} | "
+                     f"{r['transitions']} | "
+                     f"{gain_text(r['wm_leaf_f1_gain'], r['wm_leaf_f1_lo'], r['wm_leaf_f1_hi'])} | "
+                     f"{gain_text(r['wm_exact_gain'], r['wm_exact_lo'], r['wm_exact_hi'])} |")
     return "\n".join(lines)
 
 

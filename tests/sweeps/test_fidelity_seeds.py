@@ -5,7 +5,14 @@ import math
 
 import pytest
 
-from envace.sweeps.fidelity_seeds import arm_order, arm_pairs, fidelity_gains, kendall_tau, write_fidelity
+from envace.sweeps.fidelity_seeds import (
+    arm_order,
+    arm_pairs,
+    fidelity_gains,
+    fidelity_report,
+    kendall_tau,
+    write_fidelity,
+)
 
 LEAF, BEHR, SUCCESS = "worldbench/all/leaf_f1", "worldbench/all/behr_abs_delta", "eval/world/success"
 T_975_DF2 = 4.302652729911275  # Student t quantile, 2 degrees of freedom
@@ -74,7 +81,7 @@ def test_an_arm_without_a_base_row_of_its_start_has_no_gain(records, tmp_path):
     gains, pairs = fidelity_gains(records + d), arm_pairs(records + d)
     assert not any(a.startswith("variant=d") for a in gains["arm"])
     assert not any(a.startswith("variant=d") for a in set(pairs["a"]) | set(pairs["b"]))  # no other arm there
-    paths = write_fidelity(tmp_path, records)
+    paths = write_fidelity(tmp_path, fidelity_report(records))
     text = paths["world_model_seeds.md"].read_text()
     assert "| variant=a | 3 |" in text and "variant=a vs variant=c" in text
 
