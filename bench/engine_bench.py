@@ -121,9 +121,11 @@ def make_arms(model, tok, prompts: list[list[int]], new: int, arms: list[str], t
 
     reqs = [GenRequest(p, temperature=1.0, max_new_tokens=new, seed=i) for i, p in enumerate(prompts)]
     fast = FastEngine(model, tok, device="cpu") if "fast" in arms else None  # thread shards at > 1 thread
+    # the layout before trunk sharing: every row decodes from its own copy of its prompt's K/V
+    copies = FastEngine(model, tok, device="cpu", share_prompts=False) if "copies" in arms else None
     one_pass = FastEngine(model, tok, device="cpu", shards=1) if "fast" in arms and threads > 1 else None
     hf = HFEngine(model, tok, device="cpu")
-    for engine in (fast, one_pass, hf):  # same work in every arm: exactly `new` tokens per row
+    for engine in (fast, copies, one_pass, hf):  # same work in every arm: exactly `new` tokens per row
         if engine is not None:
             engine.stop_ids = set()
     ids, mask = padded_batch(tok, prompts)
@@ -139,6 +141,7 @@ def make_arms(model, tok, prompts: list[list[int]], new: int, arms: list[str], t
         return (out.shape[1] - ids.shape[1]) * out.shape[0]
 
     out = {"fast engine": engine_arm(fast) if fast is not None else None,
+           "fast, row copies": engine_arm(copies) if copies is not None else None,
            "fast, 1 shard": engine_arm(one_pass) if one_pass is not None else None,
            "HFEngine": engine_arm(hf) if "hf" in arms else None, "model.generate": run_generate}
     return {k: v for k, v in out.items() if v is not None}, fast, hf
@@ -191,8 +194,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--model-dir", default=None, help="a local HF model dir (default: the tiny model)")
-    ap.add_argument("--arms", nargs="+", default=["fast", "hf"], choices=["fast", "hf"],
-                    help="engines timed beside model.generate")
+    ap.add_argument("--arms", nargs="+", default=["fast", "hf"], choices=["fast", "copies", "hf"],
+                    help="engines timed beside model.generate (copies: the fast engine with share_prompts off)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 

@@ -25,7 +25,9 @@ tool-world text, each repeated K times in a row (a GRPO group: K completions of 
 seed; T = 1, top_p = 1, one torch thread, every arm forced to produce exactly `--new` tokens per row. Arms run
 interleaved (rotating order) `--repeats` times after an untimed warm-up; medians are compared in the same run.
 
-Arms: `fast engine` (prefills a repeated prompt once), `HFEngine`, `model.generate` (the baseline) and
+Arms: `fast engine` (prefills a repeated prompt once and decodes its K rows from one trunk cache), `fast, row
+copies` (the same engine with `share_prompts=False`: each row decodes from its own copy of the prompt's K/V,
+the layout before trunk sharing), `HFEngine`, `model.generate` (the baseline) and
 `generate_batch` (transformers' continuous batching; paged cache sized for the work: block 256, num_blocks =
 rows x ceil((longest prompt + new) / 256) + 1, max_batch_tokens = all prompt tokens + rows, so prefill is one batch;
 block sharing on, as by default; eos id -1 so no row stops early; the manager, its cache and its warm-up kept
@@ -47,7 +49,8 @@ Roofs, measured every repeat, median used:
   P: parameters (a tied embedding once), read once per forward pass: the prefill and new - 1 decode steps;
   then each decode step j reads row r's K and V for its n_r + j keys in L layers (kvh KV heads of hd dims,
   float32). "% bandwidth roof" = bytes / time / B. Departure: the K/V term counts every row's own cache, as a
-  decoder without prefix sharing reads it; a shared prompt's cache read once would lower it. It ignores
+  decoder without prefix sharing reads it; the fast engine reads a shared prompt's K/V once per step, so
+  for it the term over-counts (a few % of the bytes on SmolLM2, where the weights dominate). It ignores
   activations and the prefill's compute, so it is a floor on time only where decode dominates.
 
 Times: wall clock is the claim; the `cpu ms` column (process CPU time, all threads) is steadier on a shared
@@ -260,8 +263,10 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=30, help="depth of the --smollm2-shape model (smoke runs: 2)")
     ap.add_argument("--tokenizer", default="smollm2", choices=["smollm2", "tiny"],
                     help="tokenizer of the --smollm2-shape model")
-    ap.add_argument("--arms", nargs="+", default=["fast", "hf", "cb"], choices=["fast", "hf", "cb"],
-                    help="arms timed beside model.generate (cb: generate_batch)")
+    ap.add_argument("--arms", nargs="+", default=["fast", "copies", "hf", "cb"],
+                    choices=["fast", "copies", "hf", "cb"],
+                    help="arms timed beside model.generate (cb: generate_batch; copies: the fast engine with "
+                         "share_prompts off, each row its own copy of its prompt's K/V)")
     args = ap.parse_args()
     try:
         grid = [int(r) for r in args.rows.split(",")]

@@ -58,13 +58,15 @@ def prompt_texts(tok, corpus: list[str]) -> list[str]:
 
 
 class EnvaceArm:
-    def __init__(self, model_dir: Path, texts: list[str], new: int, lr: float) -> None:
+    def __init__(self, model_dir: Path, texts: list[str], new: int, lr: float, share_prompts: bool = True) -> None:
         from envace.engines.factory import engine_name, make_engine
         from envace.models.loading import load_policy
         from envace.trainers.config import AlgoConfig
 
         self.model, self.tok = load_policy(model_dir, device="cpu")
         self.engine = make_engine(self.model, self.tok, "cpu")
+        if hasattr(self.engine, "share_prompts"):  # the fast engine: off = each row its own prompt K/V copy
+            self.engine.share_prompts = share_prompts
         self.name = engine_name(self.engine)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)
         self.algo = AlgoConfig(advantage="grpo", norm_std=True, loss="ppo_clip", agg="token-mean",
@@ -157,6 +159,8 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--core", type=int, default=0, help="pin the process to this core (-1: no pinning)")
     ap.add_argument("--trl-target", default="/tmp/trl-target")
+    ap.add_argument("--share-prompts", choices=["on", "off"], default="on",
+                    help="the fast engine's trunk cache for a prompt's K rows (off: the layout before it)")
     args = ap.parse_args()
     if args.core >= 0 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.core})
@@ -175,7 +179,7 @@ def main() -> None:
 
         _, tok = load_policy(model_dir, device="cpu")
         texts = prompt_texts(tok, corpus)
-        envace = EnvaceArm(model_dir, texts, args.new, args.lr)
+        envace = EnvaceArm(model_dir, texts, args.new, args.lr, share_prompts=args.share_prompts == "on")
         trl_arm = TrlArm(model_dir, texts, args.new, args.lr, Path(tmp) / "trl")
         envace.step(), trl_arm.step()  # warm-up, untimed
         rows = []

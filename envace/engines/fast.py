@@ -3,14 +3,14 @@ KV cache (arithmetic in `envace.engines.fast_model.DecoderKernel`).
 
 Same contract and results as `envace.engines.hf.HFEngine`, the reference kept for models this one cannot
 run (`envace.engines.factory.make_engine` chooses): a request gives the same tokens alone, in any batch
-and in either engine, up to float rounding of the logits. Where it saves time: prefill of prompt grids into one
-static cache (a prompt repeated in the batch, as a task's K samples are, prefilled once), sampling
-without a vocabulary sort, finished rows dropped in one copy once a quarter of the batch has finished,
-and stop strings checked on a tail window of the decode (a hit is confirmed on the full decode, so the
-stop point is HFEngine's). On CPU at more than one torch thread a call runs in thread shards
-(envace.thread_shards: the requests cut into one shard per thread, a prompt's copies kept together so
-it is still prefilled once, each shard generated in its own thread at one torch thread); a request's
-result is what it gets alone.
+and in either engine, up to float rounding of the logits. Where it saves time: prefill of prompt grids
+into one static cache; a prompt repeated in the batch, as a task's K samples are, prefilled once into a
+trunk cache whose K/V a decode step reads once for all its rows (`share_prompts`); sampling without a
+vocabulary sort; finished rows dropped in one copy once a quarter of the batch has finished; stop strings
+checked on a tail window of the decode (a hit is confirmed on the full decode, so the stop point is
+HFEngine's). On CPU at more than one torch thread a call runs in thread shards (envace.thread_shards: the
+requests cut into one shard per thread, a prompt's copies kept together so it is still prefilled once,
+each shard generated in its own thread at one torch thread); a request's result is what it gets alone.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from envace.engines.base import GenRequest, GenResult, is_greedy, logprob_temperature
-from envace.engines.fast_model import DecoderKernel, KVCache, unsupported_reason
+from envace.engines.fast_model import DecoderKernel, KVCache, TrunkIndex, unsupported_reason
 from envace.engines.fast_sampling import row_uniforms, sample_tokens
 from envace.engines.hf import SEED_RANGE, build_result, generate_in_length_order, stop_token_ids, validate_requests
 from envace.models.loading import pick_device
@@ -41,7 +41,8 @@ class FastEngine:
     name = "fast"
 
     def __init__(self, model: Any, tokenizer: Any, device: str | torch.device | None = None,
-                 max_batch: int = 64, prefill_tokens: int = 2048, shards: int | None = None) -> None:
+                 max_batch: int = 64, prefill_tokens: int = 2048, shards: int | None = None,
+                 share_prompts: bool = True) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch {max_batch} must be >= 1")
         if shards is not None and shards < 1:
@@ -58,6 +59,8 @@ class FastEngine:
             raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
         self.pad_id = int(pad)
         self.shards = shards  # None: one per torch thread of the calling process, on CPU
+        # a prompt's rows decode from one trunk cache (False: each row a copy, the layout before; benches)
+        self.share_prompts = share_prompts
         self._runner: ShardRunner | None = None
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
@@ -100,8 +103,25 @@ class FastEngine:
         width = max(len(r.prompt_ids) for r in reqs)
         max_new = max(r.max_new_tokens for r in reqs)
         kern.rope_table(width + max_new)
-        cache = KVCache(kern.n_layers, b, kern.kvh, kern.hd, width + max_new, kern.dtype, dev)
-        logits = self._prefill(cache, reqs, width)
+        first: dict[tuple[int, ...], int] = {}
+        group = [first.setdefault(tuple(r.prompt_ids), len(first)) for r in reqs]
+        prompts = [list(p) for p in first]
+        trunk, index = None, None
+        if self.share_prompts and len(prompts) < b:  # a trunk cache holds each prompt once, a row its new tokens
+            trunk = KVCache(kern.n_layers, len(prompts), kern.kvh, kern.hd, width, kern.dtype, dev)
+            index = TrunkIndex.of(group, len(prompts), dev)
+            cache = KVCache(kern.n_layers, b, kern.kvh, kern.hd, max_new, kern.dtype, dev)
+            logits = self._prefill(trunk, prompts, list(range(len(prompts))), width).index_select(0, index.group)
+        else:  # every row its own copy of its prompt's K/V, prefilled once and copied
+            cache = KVCache(kern.n_layers, b, kern.kvh, kern.hd, width + max_new, kern.dtype, dev)
+            at = {g: i for i, g in reversed(list(enumerate(group)))}  # a prompt's first row
+            rows = [at[g] for g in range(len(prompts))]
+            logits = self._prefill(cache, prompts, rows, width)
+            copies = [i for i in range(b) if at[group[i]] != i]
+            if copies:
+                src = [at[group[i]] for i in copies]
+                cache.copy_rows(torch.tensor(copies, device=dev), torch.tensor(src, device=dev))
+            logits = logits.index_select(0, torch.tensor(group, device=dev))
 
         seeds = [r.seed if r.seed is not None else int(torch.randint(0, SEED_RANGE, (1,))) for r in reqs]
         greedy_l = [is_greedy(r.temperature) for r in reqs]
@@ -146,35 +166,27 @@ class FastEngine:
                 keep = [row for row in range(len(rows)) if live[row]]
                 sel = torch.tensor(keep, device=dev)
                 cache.keep(sel)
+                index = index.keep(keep) if index is not None else None
                 tok, pos, temps, greedy, top_p, uniforms = (
                     t.index_select(0, sel) for t in (tok, pos, temps, greedy, top_p, uniforms))
                 rows, live = [rows[row] for row in keep], [True] * len(keep)
-            logits = kern.decode(cache, tok, pos, width + step)
+            logits = (kern.decode(cache, tok, pos, width + step) if index is None
+                      else kern.decode_shared(trunk, cache, index, tok, pos, step))
             pos = pos + 1
         return [self._result(tokens[i], logprobs[i], finish[i], matched[i], seeds[i], len(reqs[i].prompt_ids))
                 for i in range(b)]
 
-    def _prefill(self, cache: KVCache, reqs: list[GenRequest], width: int) -> torch.Tensor:
-        """Prefill in chunks of about `prefill_tokens` prompt tokens; logits (rows, V) at each last token.
-        A prompt asked for several times (the K samples of a task) is prefilled once and its cache row
-        copied to the others."""
-        first: dict[tuple[int, ...], int] = {}
-        src = [first.setdefault(tuple(r.prompt_ids), i) for i, r in enumerate(reqs)]
-        uniq = [i for i in range(len(reqs)) if src[i] == i]
+    def _prefill(self, cache: KVCache, prompts: list[list[int]], rows: list[int], width: int) -> torch.Tensor:
+        """Prefill `prompts` into cache rows `rows` in chunks of about `prefill_tokens` prompt tokens; logits
+        (prompts, V) at each last token."""
         out, chunk, n_tok = [], [], 0
-        for k, i in enumerate(uniq):
+        for i, prompt in enumerate(prompts):
             chunk.append(i)
-            n_tok += len(reqs[i].prompt_ids)
-            if n_tok >= self.prefill_tokens or k == len(uniq) - 1:
-                out.append(self.kernel.prefill(cache, chunk, [reqs[j].prompt_ids for j in chunk], width))
+            n_tok += len(prompt)
+            if n_tok >= self.prefill_tokens or i == len(prompts) - 1:
+                out.append(self.kernel.prefill(cache, [rows[j] for j in chunk], [prompts[j] for j in chunk], width))
                 chunk, n_tok = [], 0
-        logits = torch.cat(out)
-        if len(uniq) == len(reqs):
-            return logits
-        dst = [i for i in range(len(reqs)) if src[i] != i]
-        cache.copy_rows(torch.tensor(dst, device=self.device), torch.tensor([src[i] for i in dst], device=self.device))
-        slot = {i: k for k, i in enumerate(uniq)}
-        return logits.index_select(0, torch.tensor([slot[j] for j in src], device=logits.device))
+        return torch.cat(out)
 
     def _stop_hit(self, ids: list[int], stops: list[str]) -> str | None:
         window = max(len(s.encode("utf-8")) for s in stops) + STOP_WINDOW_SLACK

@@ -11,7 +11,10 @@ departs from the transformers forward for batch-decode speed:
 - a KV cache preallocated for the whole call (K transposed), so a decode step writes one column;
 - grouped-query attention by reshaping the queries, not repeating K/V heads;
 - prefill of a right-padded grid of prompts (positions are its columns, one causal attention for all),
-  with the last layer's attention output, MLP and output layer run at each prompt's last token only.
+  with the last layer's attention output, MLP and output layer run at each prompt's last token only;
+- a prompt decoded by several rows (a task's K samples) kept once, in a trunk cache: a decode step reads
+  its K/V once for the queries of all its rows side by side (`decode_shared`), and each row's own cache
+  holds only its generated columns.
 In float32 it matches the transformers forward to ~1e-6; in bf16/fp16 sampled log-probs match the
 trainer's only to that dtype's precision (~1e-2). Measured on CPU only.
 """
@@ -106,6 +109,31 @@ class KVCache:
         self.v = [v.view(self.rows, kvh, *v.shape[1:]).index_select(0, sel).view(-1, *v.shape[1:]) for v in self.v]
         self.bias = self.bias.index_select(0, sel)
         self.rows = int(sel.numel())
+
+
+@dataclass
+class TrunkIndex:
+    """For `DecoderKernel.decode_shared`: the trunk row (shared prompt) each cache row decodes from, and the
+    row's slot among that prompt's rows."""
+
+    group: torch.Tensor  # (rows,) trunk row of each cache row
+    slot: torch.Tensor  # (rows,) its place among the rows of its trunk row
+    n_groups: int  # trunk rows
+    slots: int  # the most rows of one trunk row
+
+    @classmethod
+    def of(cls, group: list[int], n_groups: int, device) -> TrunkIndex:
+        seen = [0] * n_groups
+        slot = []
+        for g in group:
+            slot.append(seen[g])
+            seen[g] += 1
+        return cls(torch.tensor(group, device=device), torch.tensor(slot, device=device), n_groups, max(seen))
+
+    def keep(self, rows: list[int]) -> TrunkIndex:
+        """The index after `KVCache.keep` of these cache rows (slots renumbered)."""
+        group = self.group.tolist()
+        return TrunkIndex.of([group[r] for r in rows], self.n_groups, self.group.device)
 
 
 class DecoderKernel:
@@ -281,5 +309,38 @@ class DecoderKernel:
             probs = scores.view(b, kvh, g, col + 1).add_(bias).softmax(dim=-1)
             o = torch.bmm(probs.view(b * kvh, g, col + 1), vc[:, :col + 1])
             x = torch.addmm(x, o.view(b, h * hd), layer.wo)
+            x = self._mlp(layer, x)
+        return self.logits(x)
+
+    def decode_shared(self, trunk: KVCache, cache: KVCache, index: TrunkIndex, tokens: torch.Tensor,
+                      pos: torch.Tensor, col: int) -> torch.Tensor:
+        """`decode` for rows that share prompts: row r attends to its prompt's K/V in `trunk` (row
+        index.group[r], pad columns masked by the trunk's bias) and to its own generated columns 0..col of
+        `cache`, one softmax over both. A prompt's K/V are read once per step for all its rows: their
+        queries sit side by side (index.slot) in one matmul against that trunk row. Returns logits (rows, V)."""
+        b, h, kvh, hd = tokens.shape[0], self.h, self.kvh, self.hd
+        g, u, n = h // kvh, index.n_groups, index.slots
+        tw = trunk.k[0].shape[-1]
+        grp, slot = index.group, index.slot
+        rot = self._rot[pos][:, None]
+        trunk_bias = trunk.bias[grp]  # (rows, 1, 1, tw)
+        x = self.embed[tokens]
+        for li, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, x, rot)
+            kc, vc = cache.k[li], cache.v[li]
+            kc[:, :, col] = k.reshape(b * kvh, hd)
+            vc[:, col] = v.reshape(b * kvh, hd)
+            # queries of one trunk row's rows side by side: (trunk rows * kvh, slots * group, hd)
+            qt = q.new_zeros(u, kvh, n, g, hd)
+            qt[grp, :, slot] = q.view(b, kvh, g, hd)
+            st = torch.bmm(qt.view(u * kvh, n * g, hd), trunk.k[li]).view(u, kvh, n, g, tw)[grp, :, slot]
+            own = torch.bmm(q.reshape(b * kvh, g, hd), kc[:, :, :col + 1]).view(b, kvh, g, col + 1)
+            probs = torch.cat([st.add_(trunk_bias), own], dim=-1).softmax(dim=-1)
+            pt = q.new_zeros(u, kvh, n, g, tw)
+            pt[grp, :, slot] = probs[..., :tw]
+            o = torch.bmm(pt.view(u * kvh, n * g, tw), trunk.v[li]).view(u, kvh, n, g, hd)[grp, :, slot]
+            o = o.reshape(b, h * hd).add_(torch.bmm(probs[..., tw:].reshape(b * kvh, g, col + 1),
+                                                    vc[:, :col + 1]).view(b, h * hd))
+            x = torch.addmm(x, o, layer.wo)
             x = self._mlp(layer, x)
         return self.logits(x)

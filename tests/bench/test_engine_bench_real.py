@@ -113,7 +113,7 @@ def test_toy_run_prints_the_table_and_a_consistent_bandwidth_share():
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
     assert [(r[0], r[1], r[2]) for r in rows] == [
         (n, k, arm) for n, k in (("2", "1 x 2"), ("4", "2 x 2"))
-        for arm in ("fast engine", "HFEngine", "generate_batch", "model.generate")]
+        for arm in ("fast engine", "fast, row copies", "HFEngine", "generate_batch", "model.generate")]
     notes = {int(m[1]): m for m in re.finditer(
         r"rows (\d+): roofs matmul ([\d.]+) GFLOP/s, bandwidth ([\d.]+) GB/s; work ([\d.]+) GFLOP needed .*?"
         r"reads ([\d.]+) MB \(weights ([\d.]+) MB \+ K/V ([\d.]+) MB\)", out)}

@@ -175,6 +175,32 @@ def test_repeated_prompts_are_prefilled_once_with_the_same_results(varied, promp
     assert batch[0].token_ids != batch[2].token_ids  # copies of one prompt still sample their own tokens
 
 
+@pytest.mark.parametrize("share", [True, False], ids=["trunk", "row-copies"])
+def test_rows_of_a_shared_prompt_decode_as_they_would_alone(varied, prompts, share):
+    fast, hf = varied
+    engine = FastEngine(fast.model, fast.tokenizer, device="cpu", share_prompts=share)
+    # copies of a prompt that stop at different steps: the batch is compacted while the rest of their trunk
+    # row keeps decoding, and a prompt whose copies all finished leaves its trunk row unread
+    reqs = [GenRequest(prompts[i], temperature=t, max_new_tokens=m, seed=s)
+            for i, t, m, s in [(1, 1.0, 2, 1), (3, 1.0, 12, 2), (1, 1.0, 16, 3), (1, 0.0, 5, 0), (3, 0.8, 1, 4),
+                               (4, 1.0, 3, 5), (1, 1.3, 16, 6), (4, 1.0, 2, 7)]]
+    alone = [engine.generate([r])[0] for r in reqs]
+    calls = {"decode": 0, "decode_shared": 0}
+    for name in calls:
+        real = getattr(engine.kernel, name)
+
+        def spy(*a, _real=real, _name=name):
+            calls[_name] += 1
+            return _real(*a)
+
+        setattr(engine.kernel, name, spy)
+    batch = engine.generate(reqs)
+    assert (calls["decode_shared"] > 0, calls["decode"] > 0) == (share, not share)
+    same_results(batch, alone)
+    assert len({len(o.token_ids) for o in batch}) >= 4  # rows finished at several steps: compacted mid-call
+    same_results(batch, hf.generate(reqs), lp_tol=1e-4)
+
+
 def test_stop_strings_max_new_tokens_and_eos_behave_as_hf(varied, prompts):
     fast, hf = varied
     tok = fast.tokenizer
