@@ -35,10 +35,16 @@ TESTS = Path(__file__).resolve().parent
 # - "postgres": one real PostgreSQL server per session (initdb and start once, not once per worker).
 # - "browser": Chromium driving a Streamlit server; two at once on 2 cores time out instead of testing.
 # - "act-sft": the briefly SFT'd tiny model of the trainer tests (a minute of SFT, built once, not per worker).
+# - "verl-e2e": verl's trainer end to end, each case a private Ray head and several verl processes for minutes;
+#   one after another in one worker they do not slow each other down, and their SFT'd model is built once.
+# The longest work units go out first (`_FIRST`, longest first): a unit of minutes handed out last runs alone
+# on one worker while the other has nothing left to do.
 _GROUP_FIXTURES = {"prefect_harness": "prefect-ray", "ray_head": "prefect-ray", "transfer_queue": "prefect-ray",
                    "pg_server": "postgres", "act_sft_dir": "act-sft"}
 _GROUP_DIRS = {TESTS / "flows": "prefect-ray"}
-_GROUP_FILES = {TESTS / "dashboard" / name: "browser" for name in ("test_browser.py", "test_tts_browser.py")}
+_GROUP_FILES = {**{TESTS / "dashboard" / name: "browser" for name in ("test_browser.py", "test_tts_browser.py")},
+                TESTS / "verl" / "test_verl_cpu_e2e.py": "verl-e2e"}
+_FIRST = ("verl-e2e", "prefect-ray")  # minutes each, longest first
 
 
 def serial_group(item: pytest.Item) -> str | None:
@@ -60,10 +66,12 @@ def serial_group(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(config, items):
     if not config.pluginmanager.hasplugin("xdist"):
         return
+    groups = {}
     for item in items:
-        group = serial_group(item)
+        group = groups[item] = serial_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda it: _FIRST.index(groups[it]) if groups[it] in _FIRST else len(_FIRST))  # stable
 
 
 @pytest.hookimpl(wrapper=True)
