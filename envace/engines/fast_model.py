@@ -296,21 +296,15 @@ class DecoderKernel:
         `col`; attention over columns 0..col. Returns logits (rows, V)."""
         b, h, kvh, hd = tokens.shape[0], self.h, self.kvh, self.hd
         g = h // kvh
-        rot = self._rot[pos][:, None]
         bias = cache.bias[..., :col + 1]
-        x = self.embed[tokens]
-        for li, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, rot)
-            kc, vc = cache.k[li], cache.v[li]
-            kc[:, :, col] = k.reshape(b * kvh, hd)
-            vc[:, col] = v.reshape(b * kvh, hd)
+
+        def attend(li: int, q: torch.Tensor) -> torch.Tensor:
             # queries of one kv head side by side: (rows*kvh, group, hd) against that head's K/V
-            scores = torch.bmm(q.reshape(b * kvh, g, hd), kc[:, :, :col + 1])
+            scores = torch.bmm(q.reshape(b * kvh, g, hd), cache.k[li][:, :, :col + 1])
             probs = scores.view(b, kvh, g, col + 1).add_(bias).softmax(dim=-1)
-            o = torch.bmm(probs.view(b * kvh, g, col + 1), vc[:, :col + 1])
-            x = torch.addmm(x, o.view(b, h * hd), layer.wo)
-            x = self._mlp(layer, x)
-        return self.logits(x)
+            return torch.bmm(probs.view(b * kvh, g, col + 1), cache.v[li][:, :col + 1]).view(b, h * hd)
+
+        return self._decode_layers(cache, tokens, pos, col, attend)
 
     def decode_shared(self, trunk: KVCache, cache: KVCache, index: TrunkIndex, tokens: torch.Tensor,
                       pos: torch.Tensor, col: int) -> torch.Tensor:
@@ -322,25 +316,35 @@ class DecoderKernel:
         g, u, n = h // kvh, index.n_groups, index.slots
         tw = trunk.k[0].shape[-1]
         grp, slot = index.group, index.slot
-        rot = self._rot[pos][:, None]
         trunk_bias = trunk.bias[grp]  # (rows, 1, 1, tw)
-        x = self.embed[tokens]
-        for li, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, rot)
-            kc, vc = cache.k[li], cache.v[li]
-            kc[:, :, col] = k.reshape(b * kvh, hd)
-            vc[:, col] = v.reshape(b * kvh, hd)
+
+        def attend(li: int, q: torch.Tensor) -> torch.Tensor:
             # queries of one trunk row's rows side by side: (trunk rows * kvh, slots * group, hd)
             qt = q.new_zeros(u, kvh, n, g, hd)
             qt[grp, :, slot] = q.view(b, kvh, g, hd)
             st = torch.bmm(qt.view(u * kvh, n * g, hd), trunk.k[li]).view(u, kvh, n, g, tw)[grp, :, slot]
-            own = torch.bmm(q.reshape(b * kvh, g, hd), kc[:, :, :col + 1]).view(b, kvh, g, col + 1)
+            own = torch.bmm(q.reshape(b * kvh, g, hd), cache.k[li][:, :, :col + 1]).view(b, kvh, g, col + 1)
             probs = torch.cat([st.add_(trunk_bias), own], dim=-1).softmax(dim=-1)
             pt = q.new_zeros(u, kvh, n, g, tw)
             pt[grp, :, slot] = probs[..., :tw]
             o = torch.bmm(pt.view(u * kvh, n * g, tw), trunk.v[li]).view(u, kvh, n, g, hd)[grp, :, slot]
-            o = o.reshape(b, h * hd).add_(torch.bmm(probs[..., tw:].reshape(b * kvh, g, col + 1),
-                                                    vc[:, :col + 1]).view(b, h * hd))
-            x = torch.addmm(x, o, layer.wo)
+            return o.reshape(b, h * hd).add_(torch.bmm(probs[..., tw:].reshape(b * kvh, g, col + 1),
+                                                       cache.v[li][:, :col + 1]).view(b, h * hd))
+
+        return self._decode_layers(cache, tokens, pos, col, attend)
+
+    def _decode_layers(self, cache: KVCache, tokens: torch.Tensor, pos: torch.Tensor, col: int,
+                       attend) -> torch.Tensor:
+        """One decode step through every layer: q/k/v of each row's token, its K/V written at cache column
+        `col`, `attend(layer index, q)` -> the attention output (rows, heads * hd), o_proj and the MLP;
+        returns logits (rows, V)."""
+        b, kvh, hd = tokens.shape[0], self.kvh, self.hd
+        rot = self._rot[pos][:, None]
+        x = self.embed[tokens]
+        for li, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, x, rot)
+            cache.k[li][:, :, col] = k.reshape(b * kvh, hd)
+            cache.v[li][:, col] = v.reshape(b * kvh, hd)
+            x = torch.addmm(x, attend(li, q), layer.wo)
             x = self._mlp(layer, x)
         return self.logits(x)
