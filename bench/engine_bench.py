@@ -194,8 +194,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--model-dir", default=None, help="a local HF model dir (default: the tiny model)")
-    ap.add_argument("--arms", nargs="+", default=["fast", "hf"], choices=["fast", "copies", "hf"],
-                    help="engines timed beside model.generate (copies: the fast engine with share_prompts off)")
+    ap.add_argument("--arms", nargs="+", default=["fast", "hf"], choices=["fast", "hf"],
+                    help="engines timed beside model.generate")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 

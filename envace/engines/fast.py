@@ -103,25 +103,7 @@ class FastEngine:
         width = max(len(r.prompt_ids) for r in reqs)
         max_new = max(r.max_new_tokens for r in reqs)
         kern.rope_table(width + max_new)
-        first: dict[tuple[int, ...], int] = {}
-        group = [first.setdefault(tuple(r.prompt_ids), len(first)) for r in reqs]
-        prompts = [list(p) for p in first]
-        trunk, index = None, None
-        if self.share_prompts and len(prompts) < b:  # a trunk cache holds each prompt once, a row its new tokens
-            trunk = KVCache(kern.n_layers, len(prompts), kern.kvh, kern.hd, width, kern.dtype, dev)
-            index = TrunkIndex.of(group, len(prompts), dev)
-            cache = KVCache(kern.n_layers, b, kern.kvh, kern.hd, max_new, kern.dtype, dev)
-            logits = self._prefill(trunk, prompts, list(range(len(prompts))), width).index_select(0, index.group)
-        else:  # every row its own copy of its prompt's K/V, prefilled once and copied
-            cache = KVCache(kern.n_layers, b, kern.kvh, kern.hd, width + max_new, kern.dtype, dev)
-            at = {g: i for i, g in reversed(list(enumerate(group)))}  # a prompt's first row
-            rows = [at[g] for g in range(len(prompts))]
-            logits = self._prefill(cache, prompts, rows, width)
-            copies = [i for i in range(b) if at[group[i]] != i]
-            if copies:
-                src = [at[group[i]] for i in copies]
-                cache.copy_rows(torch.tensor(copies, device=dev), torch.tensor(src, device=dev))
-            logits = logits.index_select(0, torch.tensor(group, device=dev))
+        cache, trunk, index, logits = self._prefill_rows(reqs, width, max_new)
 
         seeds = [r.seed if r.seed is not None else int(torch.randint(0, SEED_RANGE, (1,))) for r in reqs]
         greedy_l = [is_greedy(r.temperature) for r in reqs]
@@ -166,7 +148,9 @@ class FastEngine:
                 keep = [row for row in range(len(rows)) if live[row]]
                 sel = torch.tensor(keep, device=dev)
                 cache.keep(sel)
-                index = index.keep(keep) if index is not None else None
+                if index is not None:
+                    index, used = index.keep(keep)
+                    trunk.keep(used)
                 tok, pos, temps, greedy, top_p, uniforms = (
                     t.index_select(0, sel) for t in (tok, pos, temps, greedy, top_p, uniforms))
                 rows, live = [rows[row] for row in keep], [True] * len(keep)
@@ -175,6 +159,30 @@ class FastEngine:
             pos = pos + 1
         return [self._result(tokens[i], logprobs[i], finish[i], matched[i], seeds[i], len(reqs[i].prompt_ids))
                 for i in range(b)]
+
+    def _prefill_rows(self, reqs: list[GenRequest], width: int, max_new: int):
+        """The call's caches, each distinct prompt prefilled once, and the logits (rows, V) of each row's first
+        token: (cache, trunk, index, logits). With `share_prompts` and a repeated prompt, the trunk cache holds
+        each prompt once and the rows' cache only their new tokens (trunk and index for `decode_shared`); else
+        (trunk and index None) every row holds its own copy of its prompt, copied from its first row."""
+        kern, dev, b = self.kernel, self.device, len(reqs)
+        first: dict[tuple[int, ...], int] = {}
+        group = [first.setdefault(tuple(r.prompt_ids), len(first)) for r in reqs]
+        prompts = [list(p) for p in first]
+        if self.share_prompts and len(prompts) < b:
+            trunk = KVCache(kern.n_layers, len(prompts), kern.kvh, kern.hd, width, kern.dtype, dev)
+            index = TrunkIndex.of(group, len(prompts), dev)
+            cache = KVCache(kern.n_layers, b, kern.kvh, kern.hd, max_new, kern.dtype, dev)
+            logits = self._prefill(trunk, prompts, list(range(len(prompts))), width)
+            return cache, trunk, index, logits.index_select(0, index.group)
+        cache = KVCache(kern.n_layers, b, kern.kvh, kern.hd, width + max_new, kern.dtype, dev)
+        rows = [group.index(g) for g in range(len(prompts))]  # each prompt's first row
+        logits = self._prefill(cache, prompts, rows, width)
+        copies = [i for i in range(b) if rows[group[i]] != i]
+        if copies:
+            src = [rows[group[i]] for i in copies]
+            cache.copy_rows(torch.tensor(copies, device=dev), torch.tensor(src, device=dev))
+        return cache, None, None, logits.index_select(0, torch.tensor(group, device=dev))
 
     def _prefill(self, cache: KVCache, prompts: list[list[int]], rows: list[int], width: int) -> torch.Tensor:
         """Prefill `prompts` into cache rows `rows` in chunks of about `prefill_tokens` prompt tokens; logits

@@ -130,10 +130,14 @@ class TrunkIndex:
             seen[g] += 1
         return cls(torch.tensor(group, device=device), torch.tensor(slot, device=device), n_groups, max(seen))
 
-    def keep(self, rows: list[int]) -> TrunkIndex:
-        """The index after `KVCache.keep` of these cache rows (slots renumbered)."""
+    def keep(self, rows: list[int]) -> tuple[TrunkIndex, torch.Tensor]:
+        """The index after `KVCache.keep` of these cache rows, and the trunk rows they still use (for the trunk's
+        own `KVCache.keep`: a prompt whose rows all finished is no longer read); groups and slots renumbered."""
         group = self.group.tolist()
-        return TrunkIndex.of([group[r] for r in rows], self.n_groups, self.group.device)
+        used = sorted({group[r] for r in rows})
+        new = {g: i for i, g in enumerate(used)}
+        device = self.group.device
+        return TrunkIndex.of([new[group[r]] for r in rows], len(used), device), torch.tensor(used, device=device)
 
 
 class DecoderKernel:
@@ -317,15 +321,16 @@ class DecoderKernel:
         tw = trunk.k[0].shape[-1]
         grp, slot = index.group, index.slot
         trunk_bias = trunk.bias[grp]  # (rows, 1, 1, tw)
+        # queries (and probabilities) of one trunk row's rows side by side, (trunk rows * kvh, slots * group, .);
+        # every layer writes the same slots, so a slot no row holds stays zero
+        qt = torch.zeros(u, kvh, n, g, hd, dtype=self.dtype, device=self.device)
+        pt = torch.zeros(u, kvh, n, g, tw, dtype=self.dtype, device=self.device)
 
         def attend(li: int, q: torch.Tensor) -> torch.Tensor:
-            # queries of one trunk row's rows side by side: (trunk rows * kvh, slots * group, hd)
-            qt = q.new_zeros(u, kvh, n, g, hd)
             qt[grp, :, slot] = q.view(b, kvh, g, hd)
             st = torch.bmm(qt.view(u * kvh, n * g, hd), trunk.k[li]).view(u, kvh, n, g, tw)[grp, :, slot]
             own = torch.bmm(q.reshape(b * kvh, g, hd), cache.k[li][:, :, :col + 1]).view(b, kvh, g, col + 1)
             probs = torch.cat([st.add_(trunk_bias), own], dim=-1).softmax(dim=-1)
-            pt = q.new_zeros(u, kvh, n, g, tw)
             pt[grp, :, slot] = probs[..., :tw]
             o = torch.bmm(pt.view(u * kvh, n * g, tw), trunk.v[li]).view(u, kvh, n, g, hd)[grp, :, slot]
             return o.reshape(b, h * hd).add_(torch.bmm(probs[..., tw:].reshape(b * kvh, g, col + 1),

@@ -180,7 +180,7 @@ def test_rows_of_a_shared_prompt_decode_as_they_would_alone(varied, prompts, sha
     fast, hf = varied
     engine = FastEngine(fast.model, fast.tokenizer, device="cpu", share_prompts=share)
     # copies of a prompt that stop at different steps: the batch is compacted while the rest of their trunk
-    # row keeps decoding, and a prompt whose copies all finished leaves its trunk row unread
+    # row keeps decoding, and a prompt whose copies all finished leaves the trunk
     reqs = [GenRequest(prompts[i], temperature=t, max_new_tokens=m, seed=s)
             for i, t, m, s in [(1, 1.0, 2, 1), (3, 1.0, 12, 2), (1, 1.0, 16, 3), (1, 0.0, 5, 0), (3, 0.8, 1, 4),
                                (4, 1.0, 3, 5), (1, 1.3, 16, 6), (4, 1.0, 2, 7)]]
