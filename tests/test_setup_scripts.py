@@ -1,7 +1,9 @@
 """The set-up scripts under CI=true: a test dependency that fails to install fails the set-up (scripts/setup.sh),
 and a missing system package that cannot be installed fails it too (scripts/system_deps.sh); outside CI both
-are warnings and the tests that need them skip. The real scripts run against stand-in programs on PATH (a `pip`
-that fails for one package, an `id` that says we are not root), so nothing is installed."""
+are warnings and the tests that need them skip. The test script leaves the tests marked slow out unless `--full`
+comes first (what CI passes). The real scripts run against stand-in programs on PATH (a `pip` that fails for one
+package, an `id` that says we are not root) or in the clone (a `python` that records its arguments), so nothing
+is installed."""
 
 from __future__ import annotations
 
@@ -90,3 +92,32 @@ def test_system_deps_only_warn_outside_ci(not_root):
     proc = _run(ROOT / "scripts" / "system_deps.sh", ci=False, path=not_root)
     assert proc.returncode == 0, proc.stderr
     assert "warning: missing chromium chromium-driver" in proc.stdout
+
+
+@pytest.fixture
+def test_script(tmp_path) -> Path:
+    """scripts/test.sh in a clone whose set-up scripts do nothing and whose `python` records its arguments."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "test.sh", tmp_path / "scripts" / "test.sh")
+    for name in ("system_deps.sh", "setup.sh", "env.sh"):
+        (tmp_path / "scripts" / name).write_text("true\n")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    _executable(bin_dir / "ruff", "#!/bin/sh\nexit 0\n")
+    _executable(bin_dir / "python", f'#!/bin/sh\nprintf "%s\\n" "$@" > "{tmp_path}/args"\n')
+    return tmp_path
+
+
+def _pytest_args(clone: Path, *args: str) -> list[str]:
+    proc = subprocess.run([BASH, str(clone / "scripts" / "test.sh"), *args], capture_output=True, text=True,
+                          timeout=60, env={k: v for k, v in os.environ.items() if k != "ENVACE_TEST_WORKERS"})
+    assert proc.returncode == 0, proc.stderr
+    return (clone / "args").read_text().splitlines()
+
+
+def test_the_test_script_leaves_slow_tests_out_unless_full(test_script):
+    base = ["-m", "pytest", "-n", "auto", "--dist", "loadgroup"]
+    assert _pytest_args(test_script) == [*base, "-m", "not slow"]
+    assert _pytest_args(test_script, "tests/rollout", "-x") == [*base, "-m", "not slow", "tests/rollout", "-x"]
+    assert _pytest_args(test_script, "--full") == base
+    assert _pytest_args(test_script, "--full", "-q", "tests/verl") == [*base, "-q", "tests/verl"]

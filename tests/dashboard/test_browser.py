@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.dashboard, pytest.mark.slow]  # a server start and a browser: ~30 s
+pytestmark = pytest.mark.dashboard
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
@@ -96,6 +96,7 @@ def test_server_binds_loopback_only(server):
     assert listening_addresses(port) == {"127.0.0.1"}
 
 
+@pytest.mark.slow  # a server start and a browser: ~10-30 s
 def test_filter_open_side_by_side_and_markup_stays_text(server, browser, seeded, dc):
     url, _ = server
     page = browser.new_page(viewport={"width": 1700, "height": 2300})

@@ -13,7 +13,6 @@ import pytest
 import sqlalchemy as sa
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_quick_demo_runs_every_stage(tmp_path):
     out = tmp_path / "demo"

@@ -98,7 +98,6 @@ def test_local_slots_share_one_model_and_reply_as_the_direct_policy(tiny_dir):
     assert judge.complete(MSGS) == choices[0].content.strip()
 
 
-@pytest.mark.slow
 def test_endpoint_slot_against_envace_serve_matches_the_local_slot(tiny_dir, monkeypatch):
     from envace.engines.chat_model import LocalChatModel
     from envace.engines.server import background_server, create_app

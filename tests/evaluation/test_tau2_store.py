@@ -17,7 +17,6 @@ from envace.store.runs import RunInfo, register_run
 from envace.store.session import make_engine, upgrade
 from envace.types import ToolCall
 
-pytestmark = pytest.mark.slow
 ROLE = {"system": "system", "user": "user", "assistant": "act", "tool": "env"}
 
 

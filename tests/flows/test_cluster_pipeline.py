@@ -69,6 +69,7 @@ def _runs(uri: str, parent_id: str) -> dict[str, object]:
     return {r.info.run_name: r for r in runs}
 
 
+@pytest.mark.slow  # FSDP on 2 ranks, a merge, a served model; the stop on CPU below is the quick form
 def test_pipeline_runs_on_cpu_from_data_to_endpoint_evaluation(prefect_harness, tiny_model, verl_checkpoints, tmp_path):
     import torch
     from mlflow.tracking import MlflowClient

@@ -9,7 +9,7 @@ import pytest
 
 from envace.tracking.mlflow_run import child_runs
 
-pytestmark = [pytest.mark.flows, pytest.mark.slow]
+pytestmark = pytest.mark.flows
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 
 from envace.pipeline import Layout, as_overrides, main, rl_config, sft_config
@@ -38,7 +37,6 @@ def test_params_yaml_sections_become_step_configs(tmp_path):
     assert (cfg.data.source, cfg.data.path) == ("cm2", str(tmp_path / "data/world/train.json"))
 
 
-@pytest.mark.slow
 def test_every_dvc_stage_at_toy_sizes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the trainer's default MLflow / store paths land here
     params = {

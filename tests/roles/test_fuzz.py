@@ -8,7 +8,6 @@ hypothesis (fully random text, fragments, wrapped fragments), which shrinks a fa
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,14 +58,12 @@ def _check_act(text: str) -> None:
         call.key()  # arguments are strict JSON
 
 
-@pytest.mark.slow
 @FUZZ
 @given(TEXT)
 def test_parse_execution_result_classifies_everything(text):
     _check_rehearse(text)
 
 
-@pytest.mark.slow
 @FUZZ
 @given(TEXT)
 def test_parse_act_classifies_everything(text):

@@ -13,7 +13,6 @@ The rollout-level version, with the rules that must break it, is tests/rollout/t
 
 from __future__ import annotations
 
-import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -21,8 +20,6 @@ from envace.rollout.oracle import OracleRehearser
 from envace.trainers.config import TrainConfig
 from envace.trainers.embedded import train
 from envace.worlds.environment import WorldEnvironment
-
-pytestmark = pytest.mark.slow
 
 # The tiny model earns no checklist reward; the toy reward (its first call names get_balance) it earns sometimes,
 # so groups disagree and the Act advantages compared are not all 0.

@@ -60,7 +60,6 @@ def _check_unscored_rows_and_counters(trajs, history):
     assert all(math.isfinite(h["loss"]) for h in history if "loss" in h)
 
 
-@pytest.mark.slow
 def test_local_dir_judge_trains_two_steps(tiny_model_dir, tmp_path, scored):
     judge = {"model_dir": str(tiny_model_dir), "max_tokens": 16}
     res = train(_cfg(tiny_model_dir, tmp_path / "run", judge))
@@ -68,7 +67,6 @@ def test_local_dir_judge_trains_two_steps(tiny_model_dir, tmp_path, scored):
     _check_unscored_rows_and_counters(scored, res.history)
 
 
-@pytest.mark.slow
 def test_endpoint_judge_over_envace_serve(tiny_model_dir, tmp_path, scored):
     from envace.engines.chat_model import LocalChatModel
     from envace.engines.server import create_app

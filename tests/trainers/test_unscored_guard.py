@@ -55,7 +55,6 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
 def test_embedded_run_with_a_dead_judge_stops_at_the_configured_patience_step(tiny_model_dir, tmp_path, scored):
     from envace.trainers.config import TrainConfig
     from envace.trainers.embedded import train

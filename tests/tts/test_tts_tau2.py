@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from envace.engines.reply import AssistantReply
 from envace.roles.prompts import SEC_CURRENT
 from envace.tts.chat import TTSPolicy
 from envace.tts.config import TTSConfig
 from envace.tts.prompts import ASSESS_MARK, MEMORY_HEADER, MEMORY_MARK
-
-pytestmark = pytest.mark.slow  # importing τ² (litellm) takes ~10 s
 
 MEMO = "MEMO-5d1e: greet, then ask for the reservation id."
 

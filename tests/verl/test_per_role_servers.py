@@ -73,6 +73,7 @@ def _act_stack(base, ray, worker_cls):
     return setup
 
 
+@pytest.mark.slow  # Ray actors and both roles' servers (~50 s); tests/verl/test_per_role_verl.py is the quick form
 def test_rehearse_servers_run_under_their_own_rollout_name(cpu_ray, verl_config_factory, monkeypatch):
     import cpu_rollout
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer

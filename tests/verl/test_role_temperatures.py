@@ -27,7 +27,7 @@ from tensordict import TensorDict
 
 from envace.trainers.verl.config import LoopSettings, RoleSampling
 
-pytestmark = [pytest.mark.verl, pytest.mark.slow]
+pytestmark = pytest.mark.verl
 
 ACT_T, REHEARSE_T = 1.0, 0.01
 
@@ -191,6 +191,7 @@ def role_config(verl_config_factory, *extra):
                                                          rehearse=RoleSampling(temperature=REHEARSE_T)))
 
 
+@pytest.mark.slow
 def test_old_and_ref_logprobs_at_each_rows_temperature(verl_api, verl_config_factory, tiny_policy, sampled_rows,
                                                        transfer_queue):
     model, tok = tiny_policy

@@ -216,6 +216,9 @@ def test_verl_trains_resumes_merges_and_evaluates_on_cpu(tmp_path, stand_in_judg
             "overrides": ["trainer.device=cpu", "trainer.val_before_train=false",
                           "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
                           "data.dataloader_num_workers=0",
+                          # verl starts 8 agent-loop and 8 reward workers by default (a process each); one of
+                          # each serves 2 prompts x 2 samples on 2 cores
+                          "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1",
                           "transfer_queue.backend.SimpleStorage.num_data_storage_units=1"],
         }
         path = tmp_path / f"verl_{steps}.yaml"

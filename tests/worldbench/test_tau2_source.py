@@ -18,8 +18,6 @@ from envace.worldbench.build import counts, record_source
 from envace.worldbench.config import BuildConfig
 from envace.worldbench.records import CallKind, Source
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def recorded(t2):
@@ -56,6 +54,7 @@ def _check(t2, domain, task_id, transitions):
                   list(ist.message_history or []) + _history(t2, transitions) if ist else _history(t2, transitions))
 
 
+@pytest.mark.slow
 def test_every_recorded_response_is_what_tau2_returns(t2, recorded):
     tasks = sorted({(t.domain, t.task_id) for t in recorded})
     assert {d for d, _ in tasks} == {"airline", "retail", "telecom"}
@@ -90,6 +89,7 @@ def test_error_flags_counts_and_predicate(recorded):
     assert c["test"]["n"] == c["test"]["gold"] + c["test"]["perturbed"]
 
 
+@pytest.mark.slow
 def test_splits_are_tau2s_own(t2, recorded):
     from envace.benchmarks.tau2.data import load_tasks
 
