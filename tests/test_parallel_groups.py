@@ -11,6 +11,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CONFTEST = textwrap.dedent('''
     import pytest
@@ -54,12 +57,9 @@ def test_a_group_runs_in_one_worker(tmp_path):
 def test_the_longest_work_units_go_out_first():
     """tests/conftest.py hands out the units of minutes first (verl's end-to-end cases, then the Prefect/Ray
     group), whatever the order of collection: the load scheduler sends units in that order."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
     files = ["tests/test_flatten.py", "tests/flows/test_sweep_ray.py", "tests/verl/test_verl_cpu_e2e.py"]
     res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
-                         cwd=root, capture_output=True, text=True, timeout=300)
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     order = [line.split("::")[0] for line in res.stdout.splitlines() if "::" in line]
     firsts = sorted(files, key=order.index)
