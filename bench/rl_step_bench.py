@@ -16,6 +16,8 @@ or `--model-dir`), `--prompts` x `--k` completions (default 8 x 8),
 completion text, GRPO advantages (group mean and std), token-mean PPO-clip (eps 0.2; TRL loss_type "dapo"
 is its global token mean), 2 micro-batches (of 32 rows at 8 x 8) with gradient accumulation, one AdamW
 step (clip 1.0), fp32, no KL, one torch thread, one pinned core (`--core`, -1 to leave the affinity alone).
+Each arm runs the attention it runs for a user: envace's loader switches a CPU model to
+`envace.models.attention` (native grouped-query attention under a mask); TRL's arm keeps transformers' `sdpa`.
 envace's step: `make_engine` (the fast engine on this model) generates all requests in one call,
 then `envace.trainers.update.policy_update`. TRL's step: one optimizer step of `GRPOTrainer` (generation
 with `model.generate` inside it), timed by a callback from step begin to step end.
@@ -123,6 +125,7 @@ class TrlArm:
         from envace.models.loading import load_policy
 
         self.model, self.tok = load_policy(model_dir, device="cpu")
+        self.model.set_attn_implementation("sdpa")  # transformers' own attention, as TRL runs it
         arm = self
 
         class Timer(TrainerCallback):

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from envace.models.attention import use_native_gqa
+
 # re-exported: the checks live where they need no torch
 from envace.models.model_dir import MAKE_MODEL, WEIGHT_FILES, ModelDirError, check_model_dir  # noqa: F401
 
@@ -120,4 +122,6 @@ def load_policy(path: str | Path, device: str | torch.device | None = None,
     if tokenizer.pad_token_id is None:
         # Batched generation left-pads; eos is the conventional stand-in when a model ships no pad.
         tokenizer.pad_token = tokenizer.eos_token
-    return model.to(dev).eval(), tokenizer
+    model = model.to(dev).eval()
+    use_native_gqa(model)  # envace.models.attention: the same attention, no K/V head copies on CPU
+    return model, tokenizer

@@ -42,6 +42,7 @@ import torch
 
 from envace.engines.base import logprob_temperature
 from envace.engines.logprobs import token_logprobs
+from envace.models.attention import NAME as NATIVE_GQA_SDPA
 from envace.trainers.prefix_passes import branch_chunks, default_pass_cost, prefix_pass
 from envace.trainers.train_rows import TrainRow
 from envace.types import Role
@@ -274,10 +275,10 @@ def padded_tokens(packs: list[Pack], max_tokens: int | None = None) -> int:
 
 
 def tree_mask_kind(model) -> str | None:
-    """How an explicit 4D mask is passed to `model`: "bool" (sdpa), "additive" (eager), or None when the
-    attention implementation cannot take one (then use chain packing)."""
+    """How an explicit 4D mask is passed to `model`: "bool" (sdpa and envace.models.attention's `envace_sdpa`),
+    "additive" (eager), or None when the attention implementation cannot take one (then use chain packing)."""
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    return {"sdpa": "bool", "eager": "additive"}.get(impl)
+    return {"sdpa": "bool", NATIVE_GQA_SDPA: "bool", "eager": "additive"}.get(impl)
 
 
 def _tree_inputs(packs: list[Pack], total: int, dtype: torch.dtype, kind: str | None):
