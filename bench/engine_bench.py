@@ -13,7 +13,8 @@ tokenizer); `--arms` leaves arms out (model.generate, the baseline, always runs)
 fast engine runs in thread shards (its default there: one shard per thread, each at one torch thread) and
 the arm `fast, 1 shard` runs it as one batch at all the threads. Every arm is
 forced to produce exactly `--new` tokens (end-of-sequence ids disabled) so all do the same work. Arms
-run interleaved (rotating order) `--repeats` times; the medians are compared in the same run.
+run interleaved (rotating order) `--repeats` times; the medians are compared in the same run. The baseline
+runs transformers as shipped (`sdpa` attention), not the CPU attention envace's loader switches to.
 
 Times are reported twice: wall clock (the claim) and process CPU time (steadier when other processes
 share the cores; the roof is then measured with the same clock). Roof: the best single-thread float32
@@ -26,6 +27,7 @@ brackets the same with the full-forward count (`forward_flops`, the count docs/p
 from __future__ import annotations
 
 import argparse
+import copy
 import random
 import statistics
 import tempfile
@@ -112,6 +114,19 @@ def padded_batch(tok, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Ten
     return ids, mask
 
 
+def as_shipped(model):
+    """The model as transformers runs it for a user: a copy on transformers' `sdpa` where envace's loader
+    switched it to `envace_sdpa` (envace.models.attention), else the model itself. Baseline arms
+    (`model.generate`, `generate_batch`) run on it; envace's engines run on the loaded model."""
+    from envace.models.attention import NAME
+
+    if getattr(model.config, "_attn_implementation", None) != NAME:
+        return model
+    shipped = copy.deepcopy(model)
+    shipped.set_attn_implementation("sdpa")
+    return shipped
+
+
 def make_arms(model, tok, prompts: list[list[int]], new: int, arms: list[str], threads: int):
     """The timed arms, in table order: name -> a callable returning the number of new tokens it produced
     (every arm produces exactly `new` per prompt), and the fast and HF engines (None where left out)."""
@@ -129,13 +144,14 @@ def make_arms(model, tok, prompts: list[list[int]], new: int, arms: list[str], t
         if engine is not None:
             engine.stop_ids = set()
     ids, mask = padded_batch(tok, prompts)
+    shipped = as_shipped(model)
 
     def engine_arm(engine):
         return lambda: sum(len(r.token_ids) for r in engine.generate(reqs))
 
     @torch.inference_mode()
     def run_generate() -> int:
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
+        out = shipped.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
                              top_k=0, max_new_tokens=new, min_new_tokens=new, eos_token_id=None,
                              pad_token_id=tok.pad_token_id)
         return (out.shape[1] - ids.shape[1]) * out.shape[0]

@@ -177,7 +177,8 @@ class BatchArm:
     def __init__(self, model, prompts: list[list[int]], new: int, greedy: bool = False, logprobs: bool = False):
         from transformers import ContinuousBatchingConfig, GenerationConfig
 
-        self.model, self.prompts, self.new = model, prompts, new
+        # continuous batching pages only transformers' own attention implementations: the shipped model
+        self.model, self.prompts, self.new = eb.as_shipped(model), prompts, new
         blocks = len(prompts) * math.ceil((max(map(len, prompts)) + new) / BLOCK) + 1
         self.cb = ContinuousBatchingConfig(block_size=BLOCK, num_blocks=blocks, seed=0, return_logprobs=logprobs,
                                            max_batch_tokens=sum(map(len, prompts)) + len(prompts))
@@ -219,7 +220,7 @@ def greedy_parity(model, tok, fast, hf, prompts: list[list[int]], new: int) -> s
     tokens = {"HFEngine": [r.token_ids for r in hf_out]}
     ids, mask = eb.padded_batch(tok, prompts)
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new,
+        out = eb.as_shipped(model).generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new,
                              min_new_tokens=new, eos_token_id=None, pad_token_id=tok.pad_token_id)
     tokens["model.generate"] = out[:, ids.shape[1]:].tolist()
     gaps = {"HFEngine": max((abs(x - y) for a, b in zip(ref, hf_out) if a.token_ids == b.token_ids

@@ -10,7 +10,9 @@ name, `envace_sdpa` (same mask construction as `sdpa`, same arguments to
 and switches a CPU model loaded with `sdpa` to it. The outputs are the same; the branch-pass attention's
 forward + backward is faster (`bench/branch_attention_bench.py`). Not in the paper: an execution choice of
 the embedded CPU backend. The saved config keeps no trace of it (transformers does not write the
-attention implementation to config.json).
+attention implementation to config.json). transformers' continuous batching (`model.generate_batch`) pages
+only transformers' own implementations: switch such a model back with `model.set_attn_implementation("sdpa")`
+first (the benches' baseline arms run such a copy).
 """
 
 from __future__ import annotations
