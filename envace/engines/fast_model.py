@@ -11,7 +11,8 @@ departs from the transformers forward for batch-decode speed:
 - a KV cache preallocated for the whole call (K transposed), so a decode step writes one column;
 - grouped-query attention by reshaping the queries, not repeating K/V heads;
 - prefill of a right-padded grid of prompts (positions are its columns, one causal attention for all),
-  with the last layer's attention output, MLP and output layer run at each prompt's last token only;
+  with the last layer's query, attention, MLP and output layer run at each prompt's last token only (its
+  keys and values at every position, for the cache);
 - a prompt decoded by several rows (a task's K samples) kept once, in a trunk cache: a decode step reads
   its K/V once for the queries of all its rows side by side (`decode_shared`), and each row's own cache
   holds only its generated columns.
@@ -234,13 +235,30 @@ class DecoderKernel:
         (..., hidden); `rot` (complex) broadcasts against (..., 1, hd/2)."""
         lead, h, kvh, hd = x.shape[:-1], self.h, self.kvh, self.hd
         qkv = self._rms(x) @ layer.wqkv
-        qk = qkv[..., :(h + kvh) * hd].view(*lead, h + kvh, hd)
-        if layer.qk_norm is not None:
-            qk = self._rms(qk, layer.qk_norm)
-        # RoPE on (i, i + hd/2) pairs, stored side by side: (a + ib)(cos + i sin)
-        pairs = torch.view_as_complex(qk.float().view(*lead, h + kvh, hd // 2, 2))
-        qk = torch.view_as_real(pairs * rot).view(*lead, h + kvh, hd).to(x.dtype)
+        qk = self._rotate(qkv[..., :(h + kvh) * hd].view(*lead, h + kvh, hd), layer.qk_norm, rot)
         return qk[..., :h, :], qk[..., h:, :], qkv[..., (h + kvh) * hd:].view(*lead, kvh, hd)
+
+    def _rotate(self, heads: torch.Tensor, norm: torch.Tensor | None, rot: torch.Tensor) -> torch.Tensor:
+        """Heads (..., n, hd) normed by the per-head norm `norm` (Qwen3; None: Llama) and rotated by `rot`."""
+        lead, n, hd = heads.shape[:-2], heads.shape[-2], self.hd
+        if norm is not None:
+            heads = self._rms(heads, norm)
+        # RoPE on (i, i + hd/2) pairs, stored side by side: (a + ib)(cos + i sin)
+        pairs = torch.view_as_complex(heads.float().view(*lead, n, hd // 2, 2))
+        return torch.view_as_real(pairs * rot).view(*lead, n, hd).to(heads.dtype)
+
+    def _last_layer_kv(self, layer: _Layer, x: torch.Tensor, rot: torch.Tensor, at: torch.Tensor,
+                       last: torch.Tensor):
+        """The last prefill layer: k and v (nb, lmax, kvh, hd) at every position (for the cache), q (nb, h, hd)
+        only at each prompt's last token `last` (its output is read there alone)."""
+        h, kvh, hd = self.h, self.kvh, self.hd
+        xn = self._rms(x)
+        kv = xn @ layer.wqkv[:, h * hd:]
+        norm = layer.qk_norm
+        k = self._rotate(kv[..., :kvh * hd].view(*x.shape[:-1], kvh, hd), None if norm is None else norm[h:], rot)
+        q = (xn[at, last] @ layer.wqkv[:, :h * hd]).view(-1, h, hd)
+        q = self._rotate(q, None if norm is None else norm[:h], self._rot[last][:, None])
+        return q, k, kv[..., kvh * hd:].view(*x.shape[:-1], kvh, hd)
 
     def _mlp(self, layer: _Layer, x: torch.Tensor) -> torch.Tensor:
         xn = self._rms(x, layer.ln2)
@@ -276,15 +294,17 @@ class DecoderKernel:
         x = self.embed[ids]  # (nb, lmax, hidden)
         at, last = torch.arange(nb, device=dev), n_tok - 1
         for li, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, rot)  # (nb, lmax, heads, hd)
+            final = li == len(self.layers) - 1
+            # (nb, lmax, heads, hd); the last layer's q at each prompt's last token only, (nb, h, hd)
+            q, k, v = self._last_layer_kv(layer, x, rot, at, last) if final else self._qkv(layer, x, rot)
             cache.k[li].view(cache.rows, kvh, hd, -1)[crow, :, :, :lmax] = k.permute(0, 2, 3, 1)
             cache.v[li].view(cache.rows, kvh, -1, hd)[crow, :, :lmax] = v.transpose(1, 2)
             keys, values = k.transpose(1, 2), v.transpose(1, 2)
-            if li == len(self.layers) - 1:
-                # the last layer's output is read only at each prompt's last token: attention, o_proj and
-                # the MLP run there alone (its K/V above were still needed for the cache)
+            if final:
+                # the last layer's output is read only at each prompt's last token: its q, attention, o_proj
+                # and the MLP run there alone (its K/V above were still needed for the cache)
                 seen = (cols[:lmax] < n_tok[:, None])[:, None, None, :]
-                o = F.scaled_dot_product_attention(q[at, last][:, :, None], keys, values, attn_mask=seen,
+                o = F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=seen,
                                                    scale=1.0, enable_gqa=True)
                 return self.logits(self._mlp(layer, torch.addmm(x[at, last], o.reshape(nb, h * hd), layer.wo)))
             o = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, is_causal=True, scale=1.0,
