@@ -22,10 +22,14 @@ envace's step: `make_engine` (the fast engine on this model) generates all reque
 then `envace.trainers.update.policy_update`. TRL's step: one optimizer step of `GRPOTrainer` (generation
 with `model.generate` inside it), timed by a callback from step begin to step end.
 
+Each arm runs in its own process, set up as its framework sets one up for a user: envace's through
+`envace.cpu_threads.apply_thread_policy` (one torch thread; the allocator policy of `envace.cpu_memory`,
+`--envace-allocator default` for glibc's default), TRL's with one torch thread and nothing else; both
+processes pinned to the same core, one stepping at a time.
 Wall time is the claim; process CPU time is printed beside it (steadier when other processes share the
-core). Pairs run interleaved (the order alternates), after one untimed warm-up step of each arm; the script prints
-each pair's times and ratio, and the medians. Each step's time is split into generation and the rest
-(TRL's generation is timed by wrapping its model's `generate`).
+core). Pairs run interleaved (the order alternates), after `--warmup` untimed steps of each arm (default
+1); the script prints each pair's times and ratio, and the medians. Each step's time is split into
+generation and the rest (TRL's generation is timed by wrapping its model's `generate`).
 """
 
 from __future__ import annotations
@@ -169,6 +173,61 @@ class TrlArm:
         return self.last, self.t_gen, self.cpu
 
 
+def arm_worker(kind: str, conn, core: int, trl_target: str, args: tuple) -> None:
+    """One arm in its own process, set up as its framework sets up a process for a user: envace's arm through
+    envace.cpu_threads.apply_thread_policy (one torch thread, and envace.cpu_memory's allocator policy), TRL's
+    with one torch thread and nothing else. Steps when told; answers each with (wall, generation, cpu)."""
+    if core >= 0 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+    if kind == "envace":
+        from envace.cpu_threads import apply_thread_policy
+
+        apply_thread_policy(1)
+        arm = EnvaceArm(*args)
+        conn.send((arm.name, [len(p) for p in arm.prompts]))
+    else:
+        torch.set_num_threads(1)
+        sys.path.append(trl_target)
+        arm = TrlArm(*args)
+        conn.send((sys.modules["trl"].__version__, []))
+    while conn.recv() == "step":
+        conn.send(arm.step())
+
+
+class ArmProcess:
+    """An arm running in a child process (spawned: nothing of the parent's heap or threads carries over)."""
+
+    def __init__(self, kind: str, core: int, trl_target: str, args: tuple, env: dict[str, str]) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=arm_worker, args=(kind, child, core, trl_target, args), daemon=True)
+        saved = dict(os.environ)
+        os.environ.update(env)  # the child's environment (spawn copies it at start)
+        try:
+            self.proc.start()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        self.info = self._recv()
+
+    def _recv(self):
+        while not self.conn.poll(1.0):
+            if not self.proc.is_alive():
+                raise SystemExit(f"the arm's process exited with code {self.proc.exitcode} (its error is above)")
+        return self.conn.recv()
+
+    def step(self) -> tuple[float, float, float]:
+        self.conn.send("step")
+        return self._recv()
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            self.conn.send("stop")
+        self.proc.join(timeout=30)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=5)
@@ -178,6 +237,10 @@ def main() -> None:
     ap.add_argument("--trl-target", default="/tmp/trl-target")
     ap.add_argument("--share-prompts", choices=["on", "off"], default="on",
                     help="the fast engine's trunk cache for a prompt's K rows (off: the layout before it)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps of each arm before the pairs")
+    ap.add_argument("--envace-allocator", choices=["policy", "default"], default="policy",
+                    help="envace's process with envace.cpu_memory's allocator policy, as its entry points run, or "
+                         "with glibc's default (ENVACE_ALLOCATOR=default: the layout before the policy)")
     ap.add_argument("--prompts", type=int, default=8, help="prompts per step")
     ap.add_argument("--k", type=int, default=8, help="completions per prompt (GRPO's group)")
     model_src = ap.add_mutually_exclusive_group()
@@ -186,9 +249,6 @@ def main() -> None:
                                 "tokenizer, in place of the tiny model")
     model_src.add_argument("--model-dir", help="a local HF model dir (e.g. `envace model import-smollm2`)")
     args = ap.parse_args()
-    if args.core >= 0 and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {args.core})
-    torch.set_num_threads(1)
     sys.path.append(args.trl_target)
     try:
         import trl  # noqa: F401
@@ -203,22 +263,34 @@ def main() -> None:
 
         _, tok = load_policy(model_dir, device="cpu")
         texts = prompt_texts(tok, corpus, args.prompts)
-        envace = EnvaceArm(model_dir, texts, args.new, args.lr, args.k, share_prompts=args.share_prompts == "on")
-        trl_arm = TrlArm(model_dir, texts, args.new, args.lr, args.k, Path(tmp) / "trl")
-        envace.step(), trl_arm.step()  # warm-up, untimed
-        rows = []
-        for pair in range(args.pairs):
-            arms = [("envace", envace), ("trl", trl_arm)]
-            res = dict((name, arm.step()) for name, arm in (arms if pair % 2 == 0 else arms[::-1]))
-            rows.append(res)
-            (e, eg, ec), (t, tg, tc) = res["envace"], res["trl"]
-            print(f"pair {pair}: envace {e:.3f} s (gen {eg:.3f}, rest {e - eg:.3f}; cpu {ec:.3f})  "
-                  f"TRL {t:.3f} s (gen {tg:.3f}, rest {t - tg:.3f}; cpu {tc:.3f})  ratio envace/TRL {e / t:.3f} "
-                  f"(cpu {ec / tc:.3f})", flush=True)
+        from envace.cpu_threads import plan_threads, usable_cpus
+
+        # envace's process gets the variables the `envace` command sets before torch loads; TRL's, none
+        envace_env = {**plan_threads(os.environ, usable_cpus(), 1).env,
+                      **({"ENVACE_ALLOCATOR": "default"} if args.envace_allocator == "default" else {})}
+        envace = ArmProcess("envace", args.core, args.trl_target,
+                            (model_dir, texts, args.new, args.lr, args.k, args.share_prompts == "on"), envace_env)
+        trl_arm = ArmProcess("trl", args.core, args.trl_target,
+                             (model_dir, texts, args.new, args.lr, args.k, Path(tmp) / "trl"), {})
+        try:
+            for _ in range(args.warmup):  # untimed
+                envace.step(), trl_arm.step()
+            rows = []
+            for pair in range(args.pairs):
+                arms = [("envace", envace), ("trl", trl_arm)]
+                res = dict((name, arm.step()) for name, arm in (arms if pair % 2 == 0 else arms[::-1]))
+                rows.append(res)
+                (e, eg, ec), (t, tg, tc) = res["envace"], res["trl"]
+                print(f"pair {pair}: envace {e:.3f} s (gen {eg:.3f}, rest {e - eg:.3f}; cpu {ec:.3f})  "
+                      f"TRL {t:.3f} s (gen {tg:.3f}, rest {t - tg:.3f}; cpu {tc:.3f})  ratio envace/TRL "
+                      f"{e / t:.3f} (cpu {ec / tc:.3f})", flush=True)
+        finally:
+            envace.close(), trl_arm.close()
     med = {k: statistics.median(r[k][0] for r in rows) for k in ("envace", "trl")}
     gen = {k: statistics.median(r[k][1] for r in rows) for k in ("envace", "trl")}
-    print(f"prompt tokens {min(map(len, envace.prompts))}-{max(map(len, envace.prompts))}, envace engine: "
-          f"{envace.name}, torch {torch.__version__}, trl {sys.modules['trl'].__version__}")
+    (engine, lens), (trl_version, _) = envace.info, trl_arm.info
+    print(f"prompt tokens {min(lens)}-{max(lens)}, envace engine: {engine}, torch {torch.__version__}, "
+          f"trl {trl_version}")
     print(f"median step: envace {med['envace']:.3f} s (generation {gen['envace']:.3f}, rest "
           f"{med['envace'] - gen['envace']:.3f})  TRL {med['trl']:.3f} s (generation {gen['trl']:.3f}, rest "
           f"{med['trl'] - gen['trl']:.3f})")

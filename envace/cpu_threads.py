@@ -16,6 +16,7 @@ make it worse. The policy:
 - torch threads: a config's `threads` field when given, else the user's OMP_NUM_THREADS, else this job's
   share of the CPUs it may run on: usable CPUs (affinity) // ENVACE_CPU_JOBS (the number of envace jobs
   a driver runs side by side here, set by the sweep for its cell processes; default 1), at least 1.
+`apply_thread_policy` also applies the allocator policy of envace.cpu_memory (freed blocks kept for reuse).
 Nothing here imports torch at module level; `plan_threads` is pure so the rules can be tested.
 """
 
@@ -27,6 +28,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
+
+from envace.cpu_memory import keep_freed_memory
 
 WAIT_POLICY_VAR = "OMP_WAIT_POLICY"
 JOBS_VAR = "ENVACE_CPU_JOBS"  # envace jobs running side by side on this machine (set by drivers for their children)
@@ -93,14 +96,16 @@ def configure_environment() -> dict[str, str]:
 
 
 def apply_thread_policy(threads: int | None = None) -> ThreadPlan:
-    """Set the environment, then torch's intra-op threads, for this process; returns the plan. A wait policy
-    set after torch was imported has no effect in this process (it still reaches child processes)."""
+    """Set the environment, the allocator policy (envace.cpu_memory), then torch's intra-op threads, for
+    this process; returns the plan. A wait policy set after torch was imported has no effect in this
+    process (it still reaches child processes)."""
     late = "torch" in sys.modules and WAIT_POLICY_VAR not in os.environ
     plan = plan_threads(os.environ, usable_cpus(), threads)
     for k, v in plan.env.items():
         os.environ.setdefault(k, v)
     import torch
 
+    keep_freed_memory()  # the allocator half of the process policy (envace.cpu_memory)
     if torch.get_num_threads() != plan.threads:
         torch.set_num_threads(plan.threads)
     if late:
