@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -192,6 +193,7 @@ def arm_worker(kind: str, conn, core: int, trl_target: str, args: tuple) -> None
         conn.send((sys.modules["trl"].__version__, []))
     while conn.recv() == "step":
         conn.send(arm.step())
+    conn.send(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # peak resident memory, MiB
 
 
 class ArmProcess:
@@ -222,10 +224,14 @@ class ArmProcess:
         self.conn.send("step")
         return self._recv()
 
-    def close(self) -> None:
+    def close(self) -> float | None:
+        """Stop the process; its peak resident memory in MiB (None if it had already exited)."""
+        peak = None
         if self.proc.is_alive():
             self.conn.send("stop")
+            peak = self._recv()
         self.proc.join(timeout=30)
+        return peak
 
 
 def main() -> None:
@@ -285,12 +291,12 @@ def main() -> None:
                       f"TRL {t:.3f} s (gen {tg:.3f}, rest {t - tg:.3f}; cpu {tc:.3f})  ratio envace/TRL "
                       f"{e / t:.3f} (cpu {ec / tc:.3f})", flush=True)
         finally:
-            envace.close(), trl_arm.close()
+            peaks = envace.close(), trl_arm.close()
     med = {k: statistics.median(r[k][0] for r in rows) for k in ("envace", "trl")}
     gen = {k: statistics.median(r[k][1] for r in rows) for k in ("envace", "trl")}
     (engine, lens), (trl_version, _) = envace.info, trl_arm.info
     print(f"prompt tokens {min(lens)}-{max(lens)}, envace engine: {engine}, torch {torch.__version__}, "
-          f"trl {trl_version}")
+          f"trl {trl_version}; peak resident memory: envace {peaks[0]:.0f} MiB, TRL {peaks[1]:.0f} MiB")
     print(f"median step: envace {med['envace']:.3f} s (generation {gen['envace']:.3f}, rest "
           f"{med['envace'] - gen['envace']:.3f})  TRL {med['trl']:.3f} s (generation {gen['trl']:.3f}, rest "
           f"{med['trl'] - gen['trl']:.3f})")
