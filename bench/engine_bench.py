@@ -127,9 +127,10 @@ def as_shipped(model):
     return shipped
 
 
-def make_arms(model, tok, prompts: list[list[int]], new: int, arms: list[str], threads: int):
+def make_arms(model, tok, prompts: list[list[int]], new: int, arms: list[str], threads: int, shipped=None):
     """The timed arms, in table order: name -> a callable returning the number of new tokens it produced
-    (every arm produces exactly `new` per prompt), and the fast and HF engines (None where left out)."""
+    (every arm produces exactly `new` per prompt), and the fast and HF engines (None where left out).
+    `shipped`: the baseline's model (`as_shipped(model)`, made here when not given)."""
     from envace.engines.base import GenRequest
     from envace.engines.fast import FastEngine
     from envace.engines.hf import HFEngine
@@ -144,7 +145,7 @@ def make_arms(model, tok, prompts: list[list[int]], new: int, arms: list[str], t
         if engine is not None:
             engine.stop_ids = set()
     ids, mask = padded_batch(tok, prompts)
-    shipped = as_shipped(model)
+    shipped = as_shipped(model) if shipped is None else shipped
 
     def engine_arm(engine):
         return lambda: sum(len(r.token_ids) for r in engine.generate(reqs))

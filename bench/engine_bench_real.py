@@ -175,10 +175,11 @@ class BatchArm:
     """`model.generate_batch` as a timed arm: exactly `new` tokens per row, or ArmUnavailable saying why."""
 
     def __init__(self, model, prompts: list[list[int]], new: int, greedy: bool = False, logprobs: bool = False):
+        """`model` as transformers ships it (`eb.as_shipped`): continuous batching pages only transformers' own
+        attention implementations."""
         from transformers import ContinuousBatchingConfig, GenerationConfig
 
-        # continuous batching pages only transformers' own attention implementations: the shipped model
-        self.model, self.prompts, self.new = eb.as_shipped(model), prompts, new
+        self.model, self.prompts, self.new = model, prompts, new
         blocks = len(prompts) * math.ceil((max(map(len, prompts)) + new) / BLOCK) + 1
         self.cb = ContinuousBatchingConfig(block_size=BLOCK, num_blocks=blocks, seed=0, return_logprobs=logprobs,
                                            max_batch_tokens=sum(map(len, prompts)) + len(prompts))
@@ -211,8 +212,9 @@ class BatchArm:
         self.model.destroy_cached_continuous_batching_manager()
 
 
-def greedy_parity(model, tok, fast, hf, prompts: list[list[int]], new: int) -> str:
-    """Greedy tokens of every arm against the fast engine's; greedy log-probs against the fast engine's."""
+def greedy_parity(shipped, tok, fast, hf, prompts: list[list[int]], new: int) -> str:
+    """Greedy tokens of every arm against the fast engine's; greedy log-probs against the fast engine's.
+    `shipped`: the baselines' model (`eb.as_shipped`)."""
     from envace.engines.base import GenRequest
 
     reqs = [GenRequest(p, temperature=0.0, max_new_tokens=new, seed=i) for i, p in enumerate(prompts)]
@@ -220,12 +222,12 @@ def greedy_parity(model, tok, fast, hf, prompts: list[list[int]], new: int) -> s
     tokens = {"HFEngine": [r.token_ids for r in hf_out]}
     ids, mask = eb.padded_batch(tok, prompts)
     with torch.inference_mode():
-        out = eb.as_shipped(model).generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new,
-                             min_new_tokens=new, eos_token_id=None, pad_token_id=tok.pad_token_id)
+        out = shipped.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new,
+                               min_new_tokens=new, eos_token_id=None, pad_token_id=tok.pad_token_id)
     tokens["model.generate"] = out[:, ids.shape[1]:].tolist()
     gaps = {"HFEngine": max((abs(x - y) for a, b in zip(ref, hf_out) if a.token_ids == b.token_ids
                              for x, y in zip(a.logprobs, b.logprobs)), default=float("nan"))}
-    batch = BatchArm(model, prompts, new, greedy=True, logprobs=True)
+    batch = BatchArm(shipped, prompts, new, greedy=True, logprobs=True)
     try:
         rows = batch.results()
         tokens["generate_batch"] = [r.generated_tokens for r in rows]
@@ -300,10 +302,11 @@ def main() -> None:
           f"{args.repeats} interleaved repeats; bandwidth probe {buf.numel() * 4 / 2 ** 20:.0f} MiB "
           f"(last-level cache {llc_bytes() / 2 ** 20:.1f} MiB)")
     lines, notes = [HEADER, "|" + "---|" * (HEADER.count("|") - 1)], []
+    shipped = eb.as_shipped(model)  # the baselines' model, one copy for the whole run
     for rows in grid:
         prompts = grouped_prompts(tok, corpus, rows, args.copies, args.prompt_tokens)
-        arms, fast, hf = eb.make_arms(model, tok, prompts, args.new, args.arms, args.threads)
-        batch = BatchArm(model, prompts, args.new) if "cb" in args.arms else None
+        arms, fast, hf = eb.make_arms(model, tok, prompts, args.new, args.arms, args.threads, shipped)
+        batch = BatchArm(shipped, prompts, args.new) if "cb" in args.arms else None
         if batch is not None:
             arms = {**{k: v for k, v in arms.items() if k != "model.generate"}, "generate_batch": batch,
                     "model.generate": arms["model.generate"]}
@@ -336,7 +339,7 @@ def main() -> None:
     if fast is not None:
         distinct = prompts[::args.copies][:PARITY_PROMPTS]
         new = min(args.new, PARITY_NEW)
-        print(greedy_parity(model, tok, fast, hf, distinct, new))
+        print(greedy_parity(shipped, tok, fast, hf, distinct, new))
         print(eb.parity_line(fast, hf, distinct, new))
 
 

@@ -174,7 +174,7 @@ class TrlArm:
         return self.last, self.t_gen, self.cpu
 
 
-def arm_worker(kind: str, conn, core: int, trl_target: str, args: tuple) -> None:
+def arm_worker(kind: str, conn, core: int, args: tuple) -> None:
     """One arm in its own process, set up as its framework sets up a process for a user: envace's arm through
     envace.cpu_threads.apply_thread_policy (one torch thread, and envace.cpu_memory's allocator policy), TRL's
     with one torch thread and nothing else. Steps when told; answers each with (wall, generation, cpu)."""
@@ -187,8 +187,7 @@ def arm_worker(kind: str, conn, core: int, trl_target: str, args: tuple) -> None
         arm = EnvaceArm(*args)
         conn.send((arm.name, [len(p) for p in arm.prompts]))
     else:
-        torch.set_num_threads(1)
-        sys.path.append(trl_target)
+        torch.set_num_threads(1)  # TRL comes from the parent's sys.path (--trl-target), which spawn passes on
         arm = TrlArm(*args)
         conn.send((sys.modules["trl"].__version__, []))
     while conn.recv() == "step":
@@ -199,12 +198,12 @@ def arm_worker(kind: str, conn, core: int, trl_target: str, args: tuple) -> None
 class ArmProcess:
     """An arm running in a child process (spawned: nothing of the parent's heap or threads carries over)."""
 
-    def __init__(self, kind: str, core: int, trl_target: str, args: tuple, env: dict[str, str]) -> None:
+    def __init__(self, kind: str, core: int, args: tuple, env: dict[str, str]) -> None:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=arm_worker, args=(kind, child, core, trl_target, args), daemon=True)
+        self.proc = ctx.Process(target=arm_worker, args=(kind, child, core, args), daemon=True)
         saved = dict(os.environ)
         os.environ.update(env)  # the child's environment (spawn copies it at start)
         try:
@@ -274,9 +273,9 @@ def main() -> None:
         # envace's process gets the variables the `envace` command sets before torch loads; TRL's, none
         envace_env = {**plan_threads(os.environ, usable_cpus(), 1).env,
                       **({"ENVACE_ALLOCATOR": "default"} if args.envace_allocator == "default" else {})}
-        envace = ArmProcess("envace", args.core, args.trl_target,
+        envace = ArmProcess("envace", args.core,
                             (model_dir, texts, args.new, args.lr, args.k, args.share_prompts == "on"), envace_env)
-        trl_arm = ArmProcess("trl", args.core, args.trl_target,
+        trl_arm = ArmProcess("trl", args.core,
                              (model_dir, texts, args.new, args.lr, args.k, Path(tmp) / "trl"), {})
         try:
             for _ in range(args.warmup):  # untimed

@@ -60,12 +60,12 @@ def left_alone_because(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def keep_freed_memory(environ: Mapping[str, str] | None = None) -> str:
+def keep_freed_memory() -> str:
     """Apply the policy to this process once; returns what happened ("kept", or why it was left alone)."""
     global _applied
     if _applied is not None:
         return _applied
-    reason = left_alone_because(os.environ if environ is None else environ)
+    reason = left_alone_because(os.environ)
     if reason is None:
         reason = _mallopt()
     _applied = "kept" if reason is None else f"left alone: {reason}"
