@@ -12,7 +12,9 @@ tokens. Gradients flow; wrap old / reference log-probs in `torch.no_grad()`.
 with the model's KV cache, then each branch (the tokens after its trunk) runs against its trunk's cached
 keys and values (a 2D mask hides the trunk's padding; position ids continue from the trunk's real
 length), so a branch token computes what it computes in the full sequence. Needs a cache (no gradient
-checkpointing) and full attention in every layer (`prefix_supported`).
+checkpointing) and full attention in every layer (`prefix_supported`). Where the model runs `envace_sdpa`
+(CPU models; `trunk_split_supported`) a branch pass hands its trunks to the attention instead of giving every
+branch row a copy of its trunk's keys (envace.models.trunk_attention: one softmax split at the trunk).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 import torch
 
 from envace.engines.base import logprob_temperature
+from envace.models.attention import NAME as NATIVE_GQA
+from envace.models.trunk_attention import TRUNK_KWARG, BranchTrunks
 
 # model_type values whose CausalLM computes logits as plain lm_head(base(x).last_hidden_state): no
 # soft-capping, logit scale or other post-processing (those would need the full-logits path).
@@ -96,6 +100,13 @@ def prefix_supported(model: Any) -> str | None:
     return None
 
 
+def trunk_split_supported(model: Any) -> bool:
+    """Whether branch passes of `model` can read their trunks once per trunk (envace.models.trunk_attention):
+    its attention is `envace_sdpa` (CPU models, envace.models.attention) and has no dropout."""
+    cfg = getattr(model, "config", None)
+    return getattr(cfg, "_attn_implementation", None) == NATIVE_GQA and not getattr(cfg, "attention_dropout", 0.0)
+
+
 def prefix_logprobs(model: Any, trunk_ids: torch.Tensor, trunk_lens: torch.Tensor,
                     chunks: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], read: torch.Tensor,
                     targets: torch.Tensor, temps: torch.Tensor, *, with_entropy: bool = False,
@@ -129,15 +140,21 @@ def prefix_logprobs(model: Any, trunk_ids: torch.Tensor, trunk_lens: torch.Tenso
         kv = [(layer.keys, layer.values) for layer in cache.layers]
         trunk_mask = (torch.arange(width, device=dev)[None] < trunk_lens[:, None]).long()
         table.append(states(out).flatten(0, 1))
+    by_trunk = kv is not None and trunk_split_supported(net)
     for ids, lens, trunks in chunks:
         tb = ids.shape[1]
         if kv is None:  # right-padded and causal: no real token sees a pad, so no mask is needed
             table.append(states(net(input_ids=ids, use_cache=False)).flatten(0, 1))
             continue
+        pos = trunk_lens.index_select(0, trunks)[:, None] + torch.arange(tb, device=dev)[None]
+        if by_trunk:  # each trunk's keys read once for its branch rows (envace.models.trunk_attention)
+            out = net(input_ids=ids, position_ids=pos, use_cache=False,
+                      **{TRUNK_KWARG: BranchTrunks(kv, trunk_mask.bool(), trunks)})
+            table.append(states(out).flatten(0, 1))
+            continue
         past = DynamicCache(ddp_cache_data=[(k.index_select(0, trunks), v.index_select(0, trunks)) for k, v in kv])
         mask = torch.cat([trunk_mask.index_select(0, trunks),
                           (torch.arange(tb, device=dev)[None] < lens[:, None]).long()], dim=1)
-        pos = trunk_lens.index_select(0, trunks)[:, None] + torch.arange(tb, device=dev)[None]
         table.append(states(net(input_ids=ids, past_key_values=past, attention_mask=mask, position_ids=pos,
                                 use_cache=True)).flatten(0, 1))
     picked = torch.cat(table)[read]

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from envace.models.trunk_attention import TRUNK_KWARG, split_attention
+
 NAME = "envace_sdpa"
 
 
@@ -28,7 +30,16 @@ def sdpa_native_gqa(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
                     attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                     is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """An attention function for transformers' AttentionInterface: query (B, H, q, d) against key and value
-    (B, KVH, k, d); returns (B, q, H, d) and no weights, as transformers' `sdpa` does."""
+    (B, KVH, k, d); returns (B, q, H, d) and no weights, as transformers' `sdpa` does. A branch pass that hands
+    its trunks over (`TRUNK_KWARG`, envace.models.trunk_attention) gets the split attention: its own keys
+    causal, its trunk's read once per trunk; the mask is then unused."""
+    trunks = kwargs.get(TRUNK_KWARG)
+    if trunks is not None:
+        if dropout:
+            raise ValueError("the trunk-split branch attention runs without dropout; set attention_dropout to 0 "
+                             "or use algo.pack=tree")
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return split_attention(query, key, value, trunks, module.layer_idx, scale).transpose(1, 2).contiguous(), None
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     # as `sdpa`: the kernel's own causal flag only for a mask-free prefill (never for one query token)
     causal = bool(query.shape[2] > 1 and attention_mask is None and causal)

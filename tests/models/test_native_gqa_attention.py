@@ -20,13 +20,14 @@ def _reference(tiny_dir, implementation: str):
 
 
 def _branch_pass(model) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Log-probs of 8 read positions over 3 trunks (two padded) and 6 branches, and the parameter gradients
-    of their sum: every branch pass carries a mask."""
+    """Log-probs of 8 read positions (real tokens: a branch's padding is never read) over 3 trunks (two padded)
+    and 6 branches, and the parameter gradients of their sum: every branch pass carries a mask (the loaded
+    model's branch pass splits its attention at the trunk instead, envace.models.trunk_attention)."""
     gen = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
     trunks = torch.randint(5, vocab, (3, 20), generator=gen)
     branches = torch.randint(5, vocab, (6, 9), generator=gen)
-    read = torch.tensor([0, 5, 19, 60, 61, 70, 100, 110])
+    read = torch.tensor([0, 5, 19, 60, 61, 70, 100, 107])
     targets = torch.randint(5, vocab, (8,), generator=gen)
     model.zero_grad(set_to_none=True)
     logp, _ = prefix_logprobs(model, trunks, torch.tensor([20, 17, 12]),
