@@ -25,7 +25,7 @@ import torch
 
 from envace.engines.base import logprob_temperature
 from envace.models.attention import NAME as NATIVE_GQA
-from envace.models.trunk_attention import TRUNK_KWARG, BranchTrunks
+from envace.models.trunk_attention import TRUNK_KWARG, BranchTrunks, split_pays
 
 # model_type values whose CausalLM computes logits as plain lm_head(base(x).last_hidden_state): no
 # soft-capping, logit scale or other post-processing (those would need the full-logits path).
@@ -147,7 +147,7 @@ def prefix_logprobs(model: Any, trunk_ids: torch.Tensor, trunk_lens: torch.Tenso
             table.append(states(net(input_ids=ids, use_cache=False)).flatten(0, 1))
             continue
         pos = trunk_lens.index_select(0, trunks)[:, None] + torch.arange(tb, device=dev)[None]
-        if by_trunk:  # each trunk's keys read once for its branch rows (envace.models.trunk_attention)
+        if by_trunk and split_pays(width, tb):  # each trunk read once for its rows (envace.models.trunk_attention)
             out = net(input_ids=ids, position_ids=pos, use_cache=False,
                       **{TRUNK_KWARG: BranchTrunks(kv, trunk_mask.bool(), trunks)})
             table.append(states(out).flatten(0, 1))

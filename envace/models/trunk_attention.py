@@ -12,7 +12,8 @@ blockwise (flash) attention merges its key blocks:
 - trunk part: the queries of a trunk's branch rows side by side, (used trunks, heads, slots x Tb, hd),
   against that trunk's K/V once, under its padding mask (a trunk with fewer branch rows than the most has
   zero queries in the empty slots: their outputs are never read, their gradients are zero);
-- branch part: each row's queries against its own keys, causal (right padding sits after every real token);
+- branch part: each row's queries against its own keys, the kernel's causal flag (right padding sits after
+  every real token, so no real query sees it);
 - out = w_t out_t + w_b out_b with w = exp(lse_part - lse), lse = logaddexp(lse_t, lse_b).
 
 The backward calls torch's CPU flash-attention backward once per part with the merged output and
@@ -20,6 +21,13 @@ log-sum-exp: that kernel computes P = exp(S - lse) and D = rowsum(dO * O) from w
 merged pair each part's dQ, dK and dV are exactly the whole softmax's (the standard split used by ring and
 blockwise attention). Outputs and gradients match the one-mask pass to float rounding
 (tests/models/test_trunk_attention.py, float64).
+
+Forward + backward of one layer's branch attention, one thread, against the per-row copies
+(`bench/branch_attention_bench.py --per-trunk 8 ...`, 2026-12-07, 2-core Intel Xeon): with long trunks and
+short branches, the shape of tool-call RL (8 or 16 completions of 40-96 tokens after 600-1,500-token prompts),
+the split takes 0.54-0.76x the time; at the RL bench's 176-token trunks and 63-token branches 0.83x; where
+branches are longer than their trunk it is slower (1.16x at the demo's SFT shape, 231-token branches after an
+83-token trunk), so a pass splits only where its trunk is at least as wide as its branches (`split_pays`).
 
 Not in the paper: an execution choice of the embedded CPU backend. It runs where the model's attention is
 `envace_sdpa` (envace.models.attention, CPU models) and dropout is off; elsewhere the branch pass keeps the
@@ -91,62 +99,42 @@ def _from_blocks(blocks: torch.Tensor, lay: TrunkLayout, tb: int) -> torch.Tenso
     return blocks.view(u, h, lay.slots, tb, *blocks.shape[3:])[lay.group, :, lay.slot]
 
 
-def _own_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """Causal scores of each row's queries against its own keys: (B x KVH, group x Tb, Tb), a query head's
-    group side by side (heads h of one key head are h // group), -inf above the diagonal."""
-    b, h, tb, hd = q.shape
-    kvh = k.shape[1]
-    above = torch.ones(tb, tb, dtype=torch.bool, device=q.device).triu_(1)
-    bias = torch.zeros(tb, tb, dtype=q.dtype, device=q.device).masked_fill_(above, float("-inf"))
-    return torch.baddbmm(bias.repeat(h // kvh, 1)[None], q.reshape(b * kvh, h // kvh * tb, hd),
-                         k.reshape(b * kvh, tb, hd).transpose(1, 2), alpha=scale)
-
-
 class _SplitAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, tk, tv, lay: TrunkLayout, scale: float):
-        b, h, tb, hd = q.shape
-        kvh = k.shape[1]
+        tb = q.shape[2]
         kt = tk if lay.all_used else tk.index_select(0, lay.used)
         vt = tv if lay.all_used else tv.index_select(0, lay.used)
         qt = _to_blocks(q, lay)
         out_t, lse_t = _flash(qt, kt, vt, 0.0, False, attn_mask=lay.mask, scale=scale)
-        out_t, lse_t = _from_blocks(out_t, lay, tb), _from_blocks(lse_t, lay, tb)  # lse in the kernel's accumulate type
-        # the branch's own columns: small per-row blocks, cheaper as batched matmuls than as kernel tiles
-        scores = _own_scores(q, k, scale)
-        # softmax, not exp(scores - lse): torch's exp takes a slow path on underflowing inputs (the -inf above
-        # the diagonal), its softmax does not; the row's log-sum-exp is its max - log(probability at the max)
-        top, at = scores.max(dim=-1, keepdim=True)
-        probs = torch.softmax(scores, dim=-1)
-        lse_b = (top - probs.gather(-1, at).log()).to(lse_t.dtype).view(b, h, tb)
+        out_b, lse_b = _flash(q, k, v, 0.0, True, scale=scale)
+        out_t, lse_t = _from_blocks(out_t, lay, tb), _from_blocks(lse_t, lay, tb)
         lse = torch.logaddexp(lse_t, lse_b)
-        probs.mul_(torch.exp(lse_b - lse).reshape(b * kvh, -1, 1).to(probs.dtype))  # under the whole softmax
-        out = torch.bmm(probs, v.reshape(b * kvh, tb, hd)).view(b, h, tb, hd)
-        out = out.add_(out_t * torch.exp(lse_t - lse)[..., None].to(q.dtype))
-        ctx.save_for_backward(q, k, v, qt, kt, vt, out, lse, probs)
+        out = (out_t * torch.exp(lse_t - lse)[..., None]).add_(out_b * torch.exp(lse_b - lse)[..., None]).to(q.dtype)
+        ctx.save_for_backward(q, k, v, qt, kt, vt, out, lse)
         ctx.lay, ctx.scale, ctx.trunk_shape = lay, scale, tk.shape
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, qt, kt, vt, out, lse, probs = ctx.saved_tensors
-        lay, scale = ctx.lay, ctx.scale
-        b, h, tb, hd = q.shape
-        kvh = k.shape[1]
+        q, k, v, qt, kt, vt, out, lse = ctx.saved_tensors
+        lay, scale, tb = ctx.lay, ctx.scale, q.shape[2]
         grad = grad.contiguous()
+        dq, dk, dv = _flash_backward(grad, q, k, v, out, lse, 0.0, True, scale=scale)
         dqt, dkt, dvt = _flash_backward(_to_blocks(grad, lay), qt, kt, vt, _to_blocks(out, lay),
                                         _to_blocks(lse, lay), 0.0, False, attn_mask=lay.mask, scale=scale)
-        # the own-column part by hand: dS = P (dP - rowsum(dO O)), with P under the merged log-sum-exp
-        g = grad.view(b * kvh, -1, hd)
-        dot = (grad * out).sum(-1).reshape(b * kvh, -1, 1)
-        ds = torch.bmm(g, v.reshape(b * kvh, tb, hd).transpose(1, 2)).sub_(dot).mul_(probs).mul_(scale)
-        dq = torch.bmm(ds, k.reshape(b * kvh, tb, hd)).view(b, h, tb, hd).add_(_from_blocks(dqt, lay, tb))
-        dk = torch.bmm(ds.transpose(1, 2), q.reshape(b * kvh, -1, hd)).view(b, kvh, tb, hd)
-        dv = torch.bmm(probs.transpose(1, 2), g).view(b, kvh, tb, hd)
+        dq = dq + _from_blocks(dqt, lay, tb)
         if not lay.all_used:
             dkt = dkt.new_zeros(ctx.trunk_shape).index_copy_(0, lay.used, dkt)
             dvt = dvt.new_zeros(ctx.trunk_shape).index_copy_(0, lay.used, dvt)
         return dq, dk, dv, dkt, dvt, None, None
+
+
+def split_pays(trunk_width: int, branch_width: int) -> bool:
+    """Whether a branch pass splits at the trunk: where its trunk columns are at least as many as its branch
+    columns. Below that the per-row copies are small and one kernel call over them is faster (the demo's SFT
+    batches: 83-token trunks, 231-token branches); see the module docstring."""
+    return trunk_width >= branch_width
 
 
 def split_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, trunks: BranchTrunks,

@@ -80,3 +80,29 @@ def test_dropout_with_trunks_is_refused():
     module.layer_idx = 0
     with pytest.raises(ValueError, match="without dropout"):
         sdpa_native_gqa(module, q, k, v, None, dropout=0.1, **{TRUNK_KWARG: BranchTrunks([(tk, tv)], valid, rows)})
+
+
+def test_a_pass_splits_only_where_its_trunk_is_at_least_as_wide_as_its_branches(tiny_dir, monkeypatch):
+    """prefix_logprobs hands the trunks over on the passes `split_pays` picks, and keeps the copies elsewhere;
+    both give the same log-probs."""
+    import envace.engines.logprobs as logprobs
+
+    model, _ = load_policy(tiny_dir, device="cpu")
+    seen = []
+    monkeypatch.setattr(logprobs, "BranchTrunks", lambda *a: seen.append(a[2].tolist()) or BranchTrunks(*a))
+    gen = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    trunks = torch.randint(5, vocab, (2, 6), generator=gen)
+    narrow = torch.randint(5, vocab, (3, 4), generator=gen)  # 4 <= 6 columns: split
+    wide = torch.randint(5, vocab, (2, 9), generator=gen)  # 9 > 6: copies
+    chunks = [(narrow, torch.tensor([4, 4, 2]), torch.tensor([0, 0, 1])),
+              (wide, torch.tensor([9, 7]), torch.tensor([1, 0]))]
+    read = torch.tensor([3, 12, 13, 20, 24, 26, 33])
+    targets = torch.randint(5, vocab, (7,), generator=gen)
+    with torch.no_grad():
+        got, _ = logprobs.prefix_logprobs(model, trunks, torch.tensor([6, 5]), chunks, read, targets, torch.ones(7))
+        assert seen == [[0, 0, 1]]
+        monkeypatch.setattr(logprobs, "trunk_split_supported", lambda m: False)
+        want, _ = logprobs.prefix_logprobs(model, trunks, torch.tensor([6, 5]), chunks, read, targets, torch.ones(7))
+    assert seen == [[0, 0, 1]]
+    assert torch.allclose(got, want, atol=1e-6, rtol=0)
