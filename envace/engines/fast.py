@@ -170,11 +170,16 @@ class FastEngine:
         group = [first.setdefault(tuple(r.prompt_ids), len(first)) for r in reqs]
         prompts = [list(p) for p in first]
         if self.share_prompts and len(prompts) < b:
-            trunk = KVCache(kern.n_layers, len(prompts), kern.kvh, kern.hd, width, kern.dtype, dev)
-            index = TrunkIndex.of(group, len(prompts), dev)
+            index, prompt_of = TrunkIndex.balanced(group, len(prompts), dev)
+            trunk = KVCache(kern.n_layers, index.n_groups, kern.kvh, kern.hd, width, kern.dtype, dev)
             cache = KVCache(kern.n_layers, b, kern.kvh, kern.hd, max_new, kern.dtype, dev)
-            logits = self._prefill(trunk, prompts, list(range(len(prompts))), width)
-            return cache, trunk, index, logits.index_select(0, index.group)
+            home = [prompt_of.index(p) for p in range(len(prompts))]  # each prompt's first trunk row
+            logits = self._prefill(trunk, prompts, home, width)
+            extra = [r for r, p in enumerate(prompt_of) if home[p] != r]
+            if extra:  # a prompt's further trunk rows: copies of its first
+                trunk.copy_rows(torch.tensor(extra, device=dev), torch.tensor([home[prompt_of[r]] for r in extra],
+                                                                              device=dev))
+            return cache, trunk, index, logits.index_select(0, torch.tensor(group, device=dev))
         cache = KVCache(kern.n_layers, b, kern.kvh, kern.hd, width + max_new, kern.dtype, dev)
         rows = [group.index(g) for g in range(len(prompts))]  # each prompt's first row
         logits = self._prefill(cache, prompts, rows, width)

@@ -121,6 +121,7 @@ class TrunkIndex:
     slot: torch.Tensor  # (rows,) its place among the rows of its trunk row
     n_groups: int  # trunk rows
     slots: int  # the most rows of one trunk row
+    regular: bool = False  # row r is slot r % slots of trunk row r // slots, every slot held
 
     @classmethod
     def of(cls, group: list[int], n_groups: int, device) -> TrunkIndex:
@@ -129,7 +130,32 @@ class TrunkIndex:
         for g in group:
             slot.append(seen[g])
             seen[g] += 1
-        return cls(torch.tensor(group, device=device), torch.tensor(slot, device=device), n_groups, max(seen))
+        n = max(seen)
+        regular = len(group) == n_groups * n and group == [r // n for r in range(len(group))]
+        return cls(torch.tensor(group, device=device), torch.tensor(slot, device=device), n_groups, n, regular)
+
+    @classmethod
+    def balanced(cls, prompt: list[int], n_prompts: int, device) -> tuple[TrunkIndex, list[int]]:
+        """Rows that share prompts (`prompt`: each row's prompt index) laid out in trunk rows of at most `cap`
+        rows each, a prompt with more rows taking several trunk rows (copies of its K/V): a step's matmuls run
+        over trunk rows x slots, so one prompt with twice the rows of the others (a GRPO batch holding a task
+        twice) would otherwise leave half of every other trunk row's slots empty. `cap` is the most common
+        row count (the largest on a tie). Returns the index and each trunk row's prompt."""
+        counts = [0] * n_prompts
+        for p in prompt:
+            counts[p] += 1
+        cap = max(set(counts), key=lambda c: (counts.count(c), c))
+        seen, rows_of, group = [0] * n_prompts, [[] for _ in range(n_prompts)], []
+        for p in prompt:
+            if seen[p] % cap == 0:
+                rows_of[p].append(sum(map(len, rows_of)))  # a new trunk row for this prompt
+            group.append(rows_of[p][-1])
+            seen[p] += 1
+        of_row = [0] * len(set(group))
+        for p, trunk_rows in enumerate(rows_of):
+            for r in trunk_rows:
+                of_row[r] = p
+        return cls.of(group, len(of_row), device), of_row
 
     def keep(self, rows: list[int]) -> tuple[TrunkIndex, torch.Tensor]:
         """The index after `KVCache.keep` of these cache rows, and the trunk rows they still use (for the trunk's
@@ -341,18 +367,29 @@ class DecoderKernel:
         tw = trunk.k[0].shape[-1]
         grp, slot = index.group, index.slot
         trunk_bias = trunk.bias[grp]  # (rows, 1, 1, tw)
-        # queries (and probabilities) of one trunk row's rows side by side, (trunk rows * kvh, slots * group, .);
-        # every layer writes the same slots, so a slot no row holds stays zero
-        qt = torch.zeros(u, kvh, n, g, hd, dtype=self.dtype, device=self.device)
-        pt = torch.zeros(u, kvh, n, g, tw, dtype=self.dtype, device=self.device)
+        # queries (and probabilities) of one trunk row's rows side by side, (trunk rows * kvh, slots * group, .)
+        if index.regular:  # rows in trunk-row order, every slot held: the layout is a permutation of the rows'
+            def to_blocks(x: torch.Tensor, _buf: int) -> torch.Tensor:  # (rows, kvh, g, w) -> (u * kvh, n * g, w)
+                return x.view(u, n, kvh, g, -1).transpose(1, 2).reshape(u * kvh, n * g, x.shape[-1])
+
+            def from_blocks(x: torch.Tensor) -> torch.Tensor:  # the inverse
+                return x.view(u, kvh, n, g, -1).transpose(1, 2).reshape(b, kvh, g, x.shape[-1])
+        else:  # written slot by slot; every layer writes the same slots, so a slot no row holds stays zero
+            bufs = (torch.zeros(u, kvh, n, g, hd, dtype=self.dtype, device=self.device),
+                    torch.zeros(u, kvh, n, g, tw, dtype=self.dtype, device=self.device))
+
+            def to_blocks(x: torch.Tensor, buf: int) -> torch.Tensor:
+                bufs[buf][grp, :, slot] = x
+                return bufs[buf].view(u * kvh, n * g, -1)
+
+            def from_blocks(x: torch.Tensor) -> torch.Tensor:
+                return x.view(u, kvh, n, g, -1)[grp, :, slot]
 
         def attend(li: int, q: torch.Tensor) -> torch.Tensor:
-            qt[grp, :, slot] = q.view(b, kvh, g, hd)
-            st = torch.bmm(qt.view(u * kvh, n * g, hd), trunk.k[li]).view(u, kvh, n, g, tw)[grp, :, slot]
+            st = from_blocks(torch.bmm(to_blocks(q.view(b, kvh, g, hd), 0), trunk.k[li]))
             own = torch.bmm(q.reshape(b * kvh, g, hd), cache.k[li][:, :, :col + 1]).view(b, kvh, g, col + 1)
             probs = torch.cat([st.add_(trunk_bias), own], dim=-1).softmax(dim=-1)
-            pt[grp, :, slot] = probs[..., :tw]
-            o = torch.bmm(pt.view(u * kvh, n * g, tw), trunk.v[li]).view(u, kvh, n, g, hd)[grp, :, slot]
+            o = from_blocks(torch.bmm(to_blocks(probs[..., :tw], 1), trunk.v[li]))
             return o.reshape(b, h * hd).add_(torch.bmm(probs[..., tw:].reshape(b * kvh, g, col + 1),
                                                        cache.v[li][:, :col + 1]).view(b, h * hd))
 

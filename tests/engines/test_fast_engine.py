@@ -10,6 +10,7 @@ import torch
 from envace.engines.base import GenerationEngine, GenRequest
 from envace.engines.factory import engine_name, make_engine
 from envace.engines.fast import FastEngine
+from envace.engines.fast_model import TrunkIndex
 from envace.engines.fast_sampling import TOPK_SLICE, row_uniforms, sample_tokens
 from envace.engines.hf import HFEngine
 from envace.engines.logprobs import response_logprobs
@@ -199,6 +200,43 @@ def test_rows_of_a_shared_prompt_decode_as_they_would_alone(varied, prompts, sha
     same_results(batch, alone)
     assert len({len(o.token_ids) for o in batch}) >= 4  # rows finished at several steps: compacted mid-call
     same_results(batch, hf.generate(reqs), lp_tol=1e-4)
+
+
+def test_rows_in_prompt_order_decode_as_they_would_alone(varied, prompts):
+    """A GRPO-shaped batch: each prompt's rows together, one prompt with twice the rows of the others. Its
+    rows take two trunk rows of the common size, and every step runs on the regular layout (no slot
+    scatter) until rows finish at different steps."""
+    fast, hf = varied
+    reqs = [GenRequest(prompts[i], temperature=1.0, max_new_tokens=m, seed=s)
+            for s, (i, m) in enumerate([(1, 8), (1, 3), (1, 8), (1, 8), (3, 8), (3, 8), (4, 8), (4, 5)])]
+    alone = [fast.generate([r])[0] for r in reqs]
+    layouts = []
+    real = fast.kernel.decode_shared
+
+    def spy(trunk, cache, index, *a):
+        layouts.append((index.n_groups, index.slots, index.regular))
+        return real(trunk, cache, index, *a)
+
+    fast.kernel.decode_shared = spy
+    try:
+        batch = fast.generate(reqs)
+    finally:
+        del fast.kernel.decode_shared
+    assert layouts[0] == (4, 2, True)  # prompt 1's four rows in two trunk rows
+    same_results(batch, alone)
+    same_results(batch, hf.generate(reqs), lp_tol=1e-4)
+
+
+@pytest.mark.parametrize("prompt_of_row, groups, slots, prompt_of_trunk_row, regular", [
+    ([0] * 8 + [1] * 16 + [2] * 8, [0] * 8 + [1] * 8 + [2] * 8 + [3] * 8, [*range(8)] * 4, [0, 1, 1, 2], True),
+    ([0, 1, 0, 1, 2, 2, 2], [0, 1, 0, 1, 2, 2, 3], [0, 0, 1, 1, 0, 1, 0], [0, 1, 2, 2], False),
+    ([0, 0, 0, 1], [0, 0, 0, 1], [0, 1, 2, 0], [0, 1], False),
+])
+def test_trunk_rows_are_balanced_by_hand(prompt_of_row, groups, slots, prompt_of_trunk_row, regular):
+    index, of_trunk_row = TrunkIndex.balanced(prompt_of_row, max(prompt_of_row) + 1, "cpu")
+    assert index.group.tolist() == groups and index.slot.tolist() == slots
+    assert of_trunk_row == prompt_of_trunk_row and index.regular == regular
+    assert index.slots == max(slots) + 1 and index.n_groups == len(prompt_of_trunk_row)
 
 
 def test_stop_strings_max_new_tokens_and_eos_behave_as_hf(varied, prompts):
