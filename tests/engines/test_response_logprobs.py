@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from envace.engines.logprobs import response_logprobs
+from envace.engines.logprobs import entropy_metric, response_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +74,17 @@ def test_bad_input_is_named(model):
         response_logprobs(model, [[1], []], [[2], [3]], [1.0, 1.0], pad_id=0)
     with pytest.raises(ValueError, match="2 prompts, 1 responses and 2 temperatures"):
         response_logprobs(model, [[1], [2]], [[2]], [1.0, 1.0], pad_id=0)
+
+
+@pytest.mark.parametrize("n, vocab", [(300, 1024), (5, 7), (40, 20_000)])
+def test_entropy_metric_in_chunks_is_the_whole_table_expression(n, vocab):
+    """Row chunks (128 rows at a 1,024-token vocabulary, 16 at 20,000) give the whole-table values bit for bit,
+    with no gradient kept, and the per-row entropy a slow loop computes."""
+    logits = torch.randn(n, vocab, generator=torch.Generator().manual_seed(n), requires_grad=True)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    got = entropy_metric(logp_all)
+    assert not got.requires_grad
+    assert torch.equal(got, (-(logp_all.exp() * logp_all).sum(-1)).detach())
+    for i in (0, n // 2, n - 1):
+        p = torch.softmax(logits[i].detach().double(), dim=0)
+        assert abs(float(got[i]) - float(-(p * p.log()).sum())) < 1e-4
