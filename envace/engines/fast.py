@@ -116,6 +116,7 @@ class FastEngine:
                 uniforms[i, :r.max_new_tokens] = row_uniforms(s, r.max_new_tokens)
         uniforms = uniforms.to(dev)
         any_greedy, any_nucleus = any(greedy_l), bool((top_p < 1.0).any())
+        any_temperature = bool((temps != 1.0).any())
         pos = torch.tensor([len(r.prompt_ids) for r in reqs], device=dev)
 
         tokens: list[list[int]] = [[] for _ in reqs]
@@ -127,7 +128,7 @@ class FastEngine:
         n_live = b
         for step in range(max_new):
             tok, lp = sample_tokens(logits, temps, greedy, top_p, uniforms[:, step],
-                                    any_greedy=any_greedy, any_nucleus=any_nucleus)
+                                    any_greedy=any_greedy, any_nucleus=any_nucleus, any_temperature=any_temperature)
             for row, (t, p) in enumerate(zip(tok.tolist(), lp.tolist())):
                 if not live[row]:
                     continue

@@ -22,15 +22,17 @@ def row_uniforms(seed: int, n: int) -> torch.Tensor:
 
 
 def sample_tokens(logits: torch.Tensor, temps: torch.Tensor, greedy: torch.Tensor, top_p: torch.Tensor,
-                  u: torch.Tensor, *, any_greedy: bool, any_nucleus: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                  u: torch.Tensor, *, any_greedy: bool, any_nucleus: bool,
+                  any_temperature: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row; return (tokens (n,) long, log-probs (n,) float32).
 
     logits (n, V) float32; temps (n,) the log-prob temperature of each row (1 for greedy rows); greedy (n,)
     bool; top_p (n,) float64; u (n,) float64 uniforms (ignored on greedy rows). `any_greedy` /
     `any_nucleus` say whether any row is greedy / has top_p < 1, so the common all-sampled top_p = 1 batch
-    skips the masking work.
+    skips the masking work; `any_temperature` False says every temperature is 1, so the division (by 1: the
+    same values) is skipped.
     """
-    logp = torch.log_softmax(logits / temps[:, None], dim=-1)
+    logp = torch.log_softmax(logits / temps[:, None] if any_temperature else logits, dim=-1)
     cum = logp.exp().cumsum(dim=-1, dtype=torch.float64)
     pick = torch.searchsorted(cum, (u * cum[:, -1])[:, None], right=True).squeeze(1)
     tokens = pick.clamp_(max=logits.shape[-1] - 1)

@@ -327,6 +327,16 @@ def test_sample_tokens_match_slow_loops(shape):
     assert v > TOPK_SLICE
 
 
+def test_sampling_at_temperature_one_skips_only_a_division_by_one():
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(16, 300, generator=g) * 3
+    ones, u = torch.ones(16), torch.rand(16, generator=g, dtype=torch.float64)
+    args = (logits, ones, torch.zeros(16, dtype=torch.bool), torch.ones(16, dtype=torch.float64), u)
+    divided = sample_tokens(*args, any_greedy=False, any_nucleus=False, any_temperature=True)
+    skipped = sample_tokens(*args, any_greedy=False, any_nucleus=False, any_temperature=False)
+    assert torch.equal(divided[0], skipped[0]) and torch.equal(divided[1], skipped[1])
+
+
 def test_top_p_one_inverse_cdf_is_the_distribution():
     """Vocabulary-order inverse CDF: over many uniforms the token frequencies follow softmax(logits / T)."""
     logits = torch.tensor([[2.0, 0.0, 1.0, -1.0, 0.5]])
