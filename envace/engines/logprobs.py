@@ -12,7 +12,10 @@ tokens. Gradients flow; wrap old / reference log-probs in `torch.no_grad()`.
 with the model's KV cache, then each branch (the tokens after its trunk) runs against its trunk's cached
 keys and values (a 2D mask hides the trunk's padding; position ids continue from the trunk's real
 length), so a branch token computes what it computes in the full sequence. Needs a cache (no gradient
-checkpointing) and full attention in every layer (`prefix_supported`). Where the model runs `envace_sdpa`
+checkpointing) and full attention in every layer (`prefix_supported`). Trunks whose outputs are read nowhere
+(envace.trainers.packing ends a trunk before its first read where that pays) run only to the last layer's keys
+and values (`trunk_keys`): that layer's attention, output projection and MLP, and the final norm, are skipped
+for every trunk token. Where the model runs `envace_sdpa`
 (CPU models; `trunk_split_supported`) a branch pass hands its trunks to the attention instead of giving every
 branch row a copy of its trunk's keys (envace.models.trunk_attention: one softmax split at the trunk).
 """
@@ -103,6 +106,11 @@ def entropy_metric(logp_all: torch.Tensor) -> torch.Tensor:
     return out.neg_()
 
 
+def layer_count(model: Any) -> int:
+    """The model's decoder layers (config.num_hidden_layers; 0 where it has none)."""
+    return int(getattr(getattr(model, "config", None), "num_hidden_layers", 0) or 0)
+
+
 def prefix_supported(model: Any) -> str | None:
     """None when `prefix_logprobs` can run `model`, else the reason (a sliding-window layer, gradient
     checkpointing, which turns the KV cache off)."""
@@ -123,6 +131,32 @@ def trunk_split_supported(model: Any) -> bool:
     its attention is `envace_sdpa` (CPU models, envace.models.attention) and has no dropout."""
     cfg = getattr(model, "config", None)
     return getattr(cfg, "_attn_implementation", None) == NATIVE_GQA and not getattr(cfg, "attention_dropout", 0.0)
+
+
+class _KeysStored(Exception):
+    """Raised by `_KeysOnlyCache` once the last layer's keys and values are in it."""
+
+
+def trunk_keys(net: Any, trunk_ids: torch.Tensor):
+    """The model's KV cache of `trunk_ids`, every layer's keys and values (with their gradient), without the
+    rest of the last layer (its attention, output projection and MLP) or the final norm: the forward stops
+    where the last layer hands its keys and values to the cache. None where the model did not use the cache
+    (gradient checkpointing)."""
+    from transformers import DynamicCache
+
+    class _KeysOnlyCache(DynamicCache):
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+            if layer_idx == net.config.num_hidden_layers - 1:
+                raise _KeysStored
+            return out
+
+    cache = _KeysOnlyCache(config=net.config)
+    try:
+        net(input_ids=trunk_ids, past_key_values=cache, use_cache=True)
+    except _KeysStored:
+        return cache
+    return None
 
 
 def prefix_logprobs(model: Any, trunk_ids: torch.Tensor, trunk_lens: torch.Tensor,
@@ -149,15 +183,20 @@ def prefix_logprobs(model: Any, trunk_ids: torch.Tensor, trunk_lens: torch.Tenso
     dev = trunk_ids.device
     width = trunk_ids.shape[1]
     table, kv = [], None
+    trunk_rows = trunk_ids.shape[0] * width
     if width:  # no trunk (width 0): every branch is a whole sequence
-        out = net(input_ids=trunk_ids, use_cache=True)
-        cache = out.past_key_values
+        if bool((read < trunk_rows).any()):
+            out = net(input_ids=trunk_ids, use_cache=True)
+            cache = out.past_key_values
+            table.append(states(out).flatten(0, 1))
+        else:  # the trunk's outputs are read nowhere: its pass stops at the last layer's keys and values
+            cache = trunk_keys(net, trunk_ids)
+            read = read - trunk_rows
         if cache is None or not getattr(cache, "layers", None):
             raise ValueError("prefix packing needs the model's KV cache (use_cache); gradient checkpointing turns "
                              "it off: use algo.pack=tree")
         kv = [(layer.keys, layer.values) for layer in cache.layers]
         trunk_mask = (torch.arange(width, device=dev)[None] < trunk_lens[:, None]).long()
-        table.append(states(out).flatten(0, 1))
     by_trunk = kv is not None and trunk_split_supported(net)
     for ids, lens, trunks in chunks:
         tb = ids.shape[1]

@@ -18,7 +18,10 @@ prefix can share its computation:
   branches of similar length (`envace.trainers.prefix_passes`: padding plus a per-pass cost). No N^2
   mask, so it suits long multi-turn trajectories whose tree is too large; it shares only the common
   prefix, where the tree shares every common turn. Needs full attention and the KV cache
-  (`envace.engines.logprobs.prefix_supported`; otherwise the update falls back to "tree").
+  (`envace.engines.logprobs.prefix_supported`; otherwise the update falls back to "tree"). A trunk whose
+  outputs are read nowhere runs its last layer only as far as its keys and values, so where a response's
+  first token is read at the prompt's last position the trunk ends one token earlier and that token joins
+  every branch, when this saves more token-layers than it adds (`_trunk_end`, given the model's layers).
 - "auto": per task and role, whichever of its tree and its prefix pack runs fewer token-equivalents (the
   tree's N + `TREE_PAIR_COST` N^2 against the prefix pack's trunk and branch tokens): short rehearse-mode
   calls, whose K trajectories share many turns beyond the common prefix, take the tree; long multi-turn
@@ -183,13 +186,27 @@ def _common_prefix(seqs: list[list[int]]) -> int:
     return n
 
 
-def _star(chains: list[Pack]) -> Pack:
+def _trunk_end(chains: list[Pack], n: int, layers: int) -> int:
+    """Where a trunk of common prefix `n` ends. Where logits are read inside it (a response's first token is
+    read at its prompt's last position), just before the first such read, when moving the rest into every
+    branch costs fewer token-layers than it saves: a trunk read nowhere runs its last layer only as far as
+    its keys and values (envace.engines.logprobs.prefix_logprobs), so the cut pays where
+    cut x chains x layers < the trunk's new length. `layers` 0 (the model unknown) keeps `n`."""
+    first = min((t for c in chains for seg in c.segments for t in seg.read if t < n), default=n)
+    if layers and first < n and (n - first) * len(chains) * layers < first:
+        return first
+    return n
+
+
+def _star(chains: list[Pack], layers: int = 0) -> Pack:
     """One prefix pack of `chains` (whose ids share at least their first token): the common prefix as the
-    trunk, each chain's remainder as a branch. A chain's last token is left out of its branch: its logits
-    predict nothing, and no later token of that chain attends to it."""
+    trunk (cut before its first read where that pays, `_trunk_end`), each chain's remainder as a branch. A
+    chain's last token is left out of its branch: its logits predict nothing, and no later token of that
+    chain attends to it."""
     n = _common_prefix([c.ids for c in chains])
     if (len(chains) - 1) * n < default_pass_cost():
         n = 0  # a trunk pass would cost more than it saves: the chains run whole, as branches of no trunk
+    n = _trunk_end(chains, n, layers)
     pack = Pack(ids=chains[0].ids[:n], role=chains[0].role, branches=[])
     for c in chains:
         branch = c.ids[n:len(c.ids) - 1]
@@ -202,16 +219,18 @@ def _star(chains: list[Pack]) -> Pack:
     return pack
 
 
-def _stars(chains: list[Pack]) -> list[Pack]:
-    """`chains` as one prefix pack per first token."""
+def _stars(chains: list[Pack], layers: int = 0) -> list[Pack]:
+    """`chains` as one prefix pack per first token (`layers`: the model's, for `_trunk_end`)."""
     by_first: dict[int, list[Pack]] = {}
     for c in chains:
         by_first.setdefault(c.ids[0], []).append(c)
-    return [_star(cs) for cs in by_first.values()]
+    return [_star(cs, layers) for cs in by_first.values()]
 
 
-def pack_rows(rows: list[TrainRow], mode: PackMode | str = PackMode.CHAIN) -> list[Pack]:
-    """Packs of `rows` (see the module docstring). Rows without response tokens are left out (no loss)."""
+def pack_rows(rows: list[TrainRow], mode: PackMode | str = PackMode.CHAIN, layers: int = 0) -> list[Pack]:
+    """Packs of `rows` (see the module docstring). Rows without response tokens are left out (no loss).
+    `layers`: the model's layer count, where a prefix pack's trunk may end before its first read
+    (`_trunk_end`; 0 keeps every trunk at its common prefix)."""
     mode = PackMode(mode)
     idx = []
     for i, row in enumerate(rows):
@@ -226,14 +245,14 @@ def pack_rows(rows: list[TrainRow], mode: PackMode | str = PackMode.CHAIN) -> li
     out: list[Pack] = []
     if mode is PackMode.PREFIX:
         for g in groups.values():
-            out.extend(_stars(_chains(rows, g, merge=True)))
+            out.extend(_stars(_chains(rows, g, merge=True), layers))
         return out
     for g in groups.values():
         tree, chains = _tree(rows, g), _chains(rows, g, merge=True)
         n = len(tree.ids)
         tree_cost = n + TREE_PAIR_COST * n * n  # a tree's masked attention costs ~N^2 pairs
         if mode is PackMode.AUTO:
-            stars = _stars(chains)
+            stars = _stars(chains, layers)
             out.extend([tree] if tree_cost < sum(p.tokens for p in stars) else stars)
             continue
         # keep the tree only where it beats the chains' tokens
@@ -344,16 +363,17 @@ def _targets(packs: list[Pack], rows: list[TrainRow]):
     return order, slot, cols, targets, temps
 
 
-def shared_prefix_packs(seqs: list[list[int]], reads: list[list[int]], role: Role) -> list[Pack]:
+def shared_prefix_packs(seqs: list[list[int]], reads: list[list[int]], role: Role, layers: int = 0) -> list[Pack]:
     """Prefix packs of whole sequences (e.g. one supervised batch): sequence i, whose logits are read at
-    positions `reads[i]`, becomes segment `row=i`; sequences that start with the same token share a trunk."""
+    positions `reads[i]`, becomes segment `row=i`; sequences that start with the same token share a trunk
+    (`layers` as in `pack_rows`)."""
     chains = []
     for i, (seq, rd) in enumerate(zip(seqs, reads)):
         if not seq or (rd and not 0 <= min(rd) <= max(rd) < len(seq) - 1):
             raise ValueError(f"sequence {i}: read positions must lie in 0..len-2 of a non-empty sequence "
                              f"(logits at t predict token t + 1)")
         chains.append(Pack(ids=list(seq), role=role, segments=[Segment(row=i, read=list(rd))]))
-    return _stars(chains)
+    return _stars(chains, layers)
 
 
 def packed_logprobs(model, packs: list[Pack], rows: list[TrainRow], pad_id: int, *, with_entropy: bool = False,

@@ -27,6 +27,7 @@ import torch
 
 from envace.cpu_threads import apply_thread_policy
 from envace.data.tasks import load_tasks
+from envace.engines.logprobs import layer_count
 from envace.models.loading import load_policy, pick_device, save_model
 from envace.thread_shards import ShardRunner, add_grads, balanced_shards, one_torch_thread
 from envace.trainers.config import SFTConfig
@@ -94,7 +95,7 @@ def batch_loss(model, batch: list[Sample], pad_id: int, share_prefix: bool) -> t
             row_loss = ((per_tok * mask).sum(1) / mask.sum(1).clamp(min=1)).tolist()
         return (per_tok * mask).sum() / mask.sum().clamp(min=1), row_loss
     reads = [[j - 1 for j, t in enumerate(s.is_target) if t] for s in batch]
-    packs = shared_prefix_packs([s.ids for s in batch], reads, batch[0].role)
+    packs = shared_prefix_packs([s.ids for s in batch], reads, batch[0].role, layer_count(model))
     rows = [seg.row for p in packs for seg in p.segments]
     targets = [batch[seg.row].ids[t + 1] for p in packs for seg in p.segments for t in reads[seg.row]]
     nll = -prefix_pass(model, packs, targets, [1.0] * len(targets), pad_id)[0]

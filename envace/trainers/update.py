@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from envace.engines.logprobs import prefix_supported
+from envace.engines.logprobs import layer_count, prefix_supported
 from envace.thread_shards import ShardRunner, add_grads
 from envace.trainers.config import AlgoConfig
 from envace.trainers.micro_loss import MicroBatchLoss, weighted_count
@@ -317,11 +317,12 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows
         mode = PackMode.TREE  # no KV cache, or a sliding-window layer
     if mode is PackMode.TREE and tree_mask_kind(model) is None:
         mode = PackMode.CHAIN  # the attention implementation takes no explicit mask
-    packs = pack_rows(rows, mode)
+    layers = layer_count(model)  # a prefix pack's trunk may end before its first read (packing._trunk_end)
+    packs = pack_rows(rows, mode, layers)
     sets = [ExtraRows(s.name, list(s.rows), s.coef, s.role) for s in extra or [] if s.coef > 0 and s.rows]
     if len({s.name for s in sets}) != len(sets):
         raise ValueError(f"extra row sets share a name ({[s.name for s in sets]}); give each set its own name")
-    extra_packs = [(s, pack_rows(s.rows, mode)) for s in sets]
+    extra_packs = [(s, pack_rows(s.rows, mode, layers)) for s in sets]
     if not packs and not extra_packs:
         return UpdateResult(loss=0.0, grad_norm=0.0, role_metrics={}, metrics={"optimizer_steps": 0.0})
     ref = None

@@ -331,6 +331,56 @@ def test_prefix_pack_layout_by_hand(monkeypatch):
         ("act", 1, 4), ("act", 5, 1), ("rehearse", 1, 1)]
 
 
+def test_a_trunk_ends_before_its_first_read_where_that_pays_by_hand(monkeypatch):
+    """Three samples of one 9-token prompt: each response's first token is read at the prompt's last position
+    (8), inside the common prefix. Moving that one token into the 3 branches costs 1 x 3 x layers
+    token-layers against the trunk's last layer over its 8 remaining tokens (then read nowhere)."""
+    monkeypatch.setattr(passes_mod, "BRANCH_PASS_COST", 0)
+    prompt = list(range(1, 10))
+    rows = [TrainRow.standalone(role=Role.ACT, prompt_ids=prompt, response_ids=resp, old_logprobs=[0.0] * len(resp),
+                                temperature=1.0, prompt_index=0, trajectory_key=k, reward=0.0)
+            for k, resp in enumerate([[20, 21], [30], [40, 41, 42]])]
+    for layers in (0, 3):  # unknown model; 1 x 3 x 3 = 9 >= 8: keeps the common prefix
+        (pack,) = pack_rows(rows, "prefix", layers)
+        assert pack.ids == prompt and pack.branches == [[20], [40, 41]]
+        assert [s.read for s in pack.segments] == [[8, 9], [8], [8, 10, 11]]
+    (pack,) = pack_rows(rows, "prefix", 2)  # 1 x 3 x 2 = 6 < 8: the trunk ends before position 8
+    assert pack.ids == prompt[:8]
+    assert pack.branches == [[9, 20], [9], [9, 40, 41]]
+    # virtual layout: trunk 0-7 | branch 0: 8-9 | branch 1: 10 | branch 2: 11-13; no read lies in the trunk
+    assert [s.read for s in pack.segments] == [[8, 9], [10], [11, 12, 13]]
+
+
+def test_a_trunk_read_nowhere_runs_only_to_its_last_keys(model64, monkeypatch):
+    """policy_update on rows whose trunks end before their first read: every trunk pass stops at the last
+    layer's keys and values (the final norm never sees a trunk token), and the loss and gradients are those
+    of the full trunk pass (layers unknown: the trunks keep their common prefix and are read)."""
+    import envace.engines.logprobs as logprobs
+    import envace.trainers.update as update
+
+    monkeypatch.setattr(passes_mod, "BRANCH_PASS_COST", 0)
+    algo = AlgoConfig(agg="token-mean", grad_noise_scale=False, pack="prefix")
+    rows = with_old_logprobs(model64, _two_task_rows(model64.config.vocab_size, seed=3), seed=4)
+    stopped, started, normed = [], [], []
+    real = logprobs.trunk_keys
+    monkeypatch.setattr(logprobs, "trunk_keys", lambda net, ids: stopped.append(ids.shape) or real(net, ids))
+    m = copy.deepcopy(model64)
+    m.model.register_forward_pre_hook(lambda mod, args: started.append(1))
+    m.model.norm.register_forward_hook(lambda mod, args, out: normed.append(1))
+    before = [p.detach().clone() for p in m.parameters()]
+    res = policy_update(m, torch.optim.SGD(m.parameters(), lr=1.0), rows, algo, pad_id=0, micro_batch=100,
+                        grad_clip=1e30)
+    got = [b - p.detach() for b, p in zip(before, m.parameters())]
+    assert stopped and len(started) - len(normed) == len(stopped)  # each stopped pass never reached the norm
+    stopped.clear()
+    monkeypatch.setattr(update, "layer_count", lambda model: 0)
+    want_res, want = _grads_by_sgd(model64, rows, algo, 100)
+    assert not stopped  # the trunks are read where the first response token is: the full pass
+    assert res.loss == pytest.approx(want_res.loss, abs=1e-9)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-7, rtol=0)
+
+
 def _two_task_rows(vocab: int, seed: int) -> list[TrainRow]:
     """Act rows of two tasks. Task 0: four trajectories whose first turn (8 tokens) is common, two pairs of which
     also share their second turn (6 more tokens), so a tree shares more than the common prefix. Task 1: three
