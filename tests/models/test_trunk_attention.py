@@ -38,7 +38,7 @@ def _copies(q, k, v, tk, tv, valid, trunks, scale):
                                                             enable_gqa=q.shape[1] != k.shape[1])
 
 
-@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
 @pytest.mark.parametrize("heads, kv_heads", [(4, 2), (2, 2)])
 @pytest.mark.parametrize("trunks", [[2, 0, 2, 2, 0], [0, 0, 1, 1, 2, 2], [1]])
 def test_split_equals_one_softmax_over_copies(dtype, tol, heads, kv_heads, trunks):
