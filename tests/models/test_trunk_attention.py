@@ -4,6 +4,8 @@ scaled_dot_product_attention; a loaded CPU model's branch passes take it."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -106,3 +108,53 @@ def test_a_pass_splits_only_where_its_trunk_is_at_least_as_wide_as_its_branches(
         want, _ = logprobs.prefix_logprobs(model, trunks, torch.tensor([6, 5]), chunks, read, targets, torch.ones(7))
     assert seen == [[0, 0, 1]]
     assert torch.allclose(got, want, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_branch_passes_equal_whole_sequences_on_both_architectures(tiny_dir, tmp_path, arch, monkeypatch):
+    """A loaded CPU model's prefix pass (trunks read nowhere: stopped at their last keys; branches split at the
+    trunk) gives each read position the log-prob and gradient that a plain forward of its whole sequence
+    (trunk + branch, eager attention) gives. Llama: the SmolLM2 family's layout (no q/k norms)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import envace.engines.logprobs as logprobs
+
+    model_dir = tiny_dir
+    if arch == "llama":
+        q = AutoModelForCausalLM.from_pretrained(tiny_dir).config
+        cfg = LlamaConfig(vocab_size=q.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+        torch.manual_seed(0)
+        model_dir = tmp_path / "llama"
+        LlamaForCausalLM(cfg).save_pretrained(model_dir)
+        for f in tiny_dir.glob("*token*"):  # the tiny model's tokenizer files
+            shutil.copy(f, model_dir / f.name)
+    model, _ = load_policy(model_dir, device="cpu")
+    eager = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager")
+    gen = torch.Generator().manual_seed(1)
+    vocab = model.config.vocab_size
+    trunk_lens = [7, 5]
+    trunks = torch.randint(5, vocab, (2, 7), generator=gen)
+    branches = torch.randint(5, vocab, (4, 5), generator=gen)
+    lens, of = [5, 3, 5, 4], [0, 0, 1, 1]
+    # read positions (state-table rows after the 2 x 7 trunk rows) of every real branch token
+    read = [14 + r * 5 + t for r in range(4) for t in range(lens[r])]
+    targets = torch.randint(5, vocab, (len(read),), generator=gen)
+    stopped = []
+    real_keys = logprobs.trunk_keys
+    monkeypatch.setattr(logprobs, "trunk_keys", lambda net, ids: stopped.append(1) or real_keys(net, ids))
+    got, _ = logprobs.prefix_logprobs(model, trunks, torch.tensor(trunk_lens),
+                                      [(branches, torch.tensor(lens), torch.tensor(of))], torch.tensor(read),
+                                      targets, torch.ones(len(read)))
+    assert stopped and trunk_split_supported(model)
+    got.sum().backward()
+    want = []
+    for n, pos in enumerate(read):
+        r, t = divmod(pos - 14, 5)
+        seq = torch.cat([trunks[of[r], :trunk_lens[of[r]]], branches[r, :t + 1]])[None]
+        want.append(torch.log_softmax(eager(input_ids=seq).logits[0, -1], -1)[targets[n]])
+    want = torch.stack(want)
+    want.sum().backward()
+    assert torch.allclose(got.detach(), want.detach(), atol=1e-5, rtol=0)
+    for (name, p), w in zip(model.named_parameters(), eager.parameters()):
+        assert torch.allclose(p.grad, w.grad, atol=1e-5, rtol=1e-4), name
