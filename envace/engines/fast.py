@@ -21,9 +21,10 @@ from typing import Any
 import torch
 
 from envace.engines.base import GenRequest, GenResult, is_greedy, logprob_temperature
-from envace.engines.fast_model import DecoderKernel, KVCache, TrunkIndex, unsupported_reason
+from envace.engines.fast_model import DecoderKernel, unsupported_reason
 from envace.engines.fast_sampling import row_uniforms, sample_tokens
 from envace.engines.hf import SEED_RANGE, build_result, generate_in_length_order, stop_token_ids, validate_requests
+from envace.engines.kv_cache import KVCache, TrunkIndex
 from envace.models.loading import pick_device
 from envace.thread_shards import ShardRunner, balanced_shards
 

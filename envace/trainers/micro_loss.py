@@ -16,7 +16,8 @@ import torch
 
 from envace.algos import POLICY_LOSSES, aggregate, kl_penalty
 from envace.trainers.config import AlgoConfig
-from envace.trainers.packing import Pack, packed_logprobs
+from envace.trainers.packed_readout import packed_logprobs
+from envace.trainers.packing import Pack
 from envace.trainers.train_rows import TrainRow
 from envace.types import Role
 

@@ -54,15 +54,8 @@ from envace.thread_shards import ShardRunner, add_grads
 from envace.trainers.config import AlgoConfig
 from envace.trainers.micro_loss import MicroBatchLoss, weighted_count
 from envace.trainers.noise_scale import NoiseAccumulator, split_half
-from envace.trainers.packing import (
-    Pack,
-    PackMode,
-    micro_batches,
-    pack_rows,
-    packed_logprobs,
-    padded_tokens,
-    tree_mask_kind,
-)
+from envace.trainers.packed_readout import packed_logprobs, tree_mask_kind
+from envace.trainers.packing import Pack, PackMode, micro_batches, pack_rows, padded_tokens
 from envace.trainers.train_rows import ExtraRows, TrainRow
 from envace.types import Role
 

@@ -10,9 +10,9 @@ import torch
 from envace.engines.base import GenerationEngine, GenRequest
 from envace.engines.factory import engine_name, make_engine
 from envace.engines.fast import FastEngine
-from envace.engines.fast_model import TrunkIndex
 from envace.engines.fast_sampling import TOPK_SLICE, row_uniforms, sample_tokens
 from envace.engines.hf import HFEngine
+from envace.engines.kv_cache import TrunkIndex
 from envace.engines.logprobs import response_logprobs
 from envace.models.loading import load_policy
 from envace.rollout.machine import ACT_STOP, REHEARSE_STOP

@@ -17,7 +17,8 @@ from envace.models.loading import load_policy
 from envace.trainers import prefix_passes as passes_mod
 from envace.trainers import update as update_mod
 from envace.trainers.config import AlgoConfig
-from envace.trainers.packing import micro_batches, pack_rows, packed_logprobs, tree_mask_kind
+from envace.trainers.packed_readout import packed_logprobs, tree_mask_kind
+from envace.trainers.packing import micro_batches, pack_rows
 from envace.trainers.prefix_passes import branch_chunks
 from envace.trainers.train_rows import TrainRow
 from envace.trainers.update import policy_update
@@ -274,7 +275,7 @@ def test_prefix_tree_layout_by_hand():
     assert tree.ends == [7, 7, 6, 6, 6, 6, 7]
     assert [s.read for s in tree.segments] == [[1, 2], [1], [4]]
     # token 5 (index 6) sees 1, 2 and itself, not the other branch
-    from envace.trainers.packing import _tree_inputs
+    from envace.trainers.packed_readout import _tree_inputs
 
     _, mask = _tree_inputs([tree], 8, torch.float32, "bool")
     assert mask[0, 0, 6].tolist() == [True, True, False, False, False, False, True, False]

@@ -81,7 +81,8 @@ def sampled_rows(tiny_policy):
 
 
 def embedded_logprobs(model, rows, pad_id) -> list[torch.Tensor]:
-    from envace.trainers.packing import pack_rows, packed_logprobs
+    from envace.trainers.packed_readout import packed_logprobs
+    from envace.trainers.packing import pack_rows
 
     with torch.no_grad():
         out = packed_logprobs(model, pack_rows(rows), rows, pad_id)
