@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 # the GPU machine's missing imports (carried as wheels) and envace's modules on the embedded path
 REQUIRED_IMPORTS = ["pydantic", "pydantic_core", "annotated_types", "typing_inspection", "omegaconf", "antlr4",
                     "orjson", "transformers", "accelerate", "envace", "envace.trainers.embedded",
-                    "envace.engines.fast", "envace.trainers.packing"]
+                    "envace.engines.fast", "envace.trainers.packing", "envace.trainers.packed_readout"]
 
 
 def _device(dry: bool) -> str:
@@ -256,7 +256,8 @@ def packed_update(model, tok, dry: bool, device: str) -> dict[str, Any]:
     """Forward + backward of envace's packed update (packed_logprobs) on rows x tokens, bf16."""
     import torch
 
-    from envace.trainers.packing import pack_rows, packed_logprobs
+    from envace.trainers.packed_readout import packed_logprobs
+    from envace.trainers.packing import pack_rows
     from envace.types import Role
 
     rows_n, tokens = (2, 64) if dry else (8, 2048)

@@ -24,7 +24,8 @@ def parity(workdir: str, model_dir: str, device: str = "cuda") -> int:
     from envace.engines.base import GenRequest
     from envace.engines.hf import HFEngine
     from envace.models.loading import load_policy
-    from envace.trainers.packing import pack_rows, packed_logprobs
+    from envace.trainers.packed_readout import packed_logprobs
+    from envace.trainers.packing import pack_rows
     from envace.types import Role
 
     torch.backends.cuda.matmul.allow_tf32 = False
