@@ -49,6 +49,55 @@ def balanced_shards(sizes: Sequence[int], n_shards: int) -> list[list[int]]:
     return [sorted(s) for s in shards]
 
 
+def _shared_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def prefix_shards(seqs: Sequence[Sequence[int]], n_shards: int) -> list[list[int]]:
+    """Indices of `seqs` cut into at most `n_shards` non-empty shards that keep sequences sharing a prefix
+    together, for shards that run shared prefixes once (envace.trainers.packing.shared_prefix_packs): the
+    sequences in lexicographic order, cut into contiguous runs that minimise the largest run's prefix-tree
+    size (a sorted run's tree has sum(len) - sum(shared prefix of neighbours) tokens); each shard's indices
+    in ascending order. Deterministic (ties by index)."""
+    if n_shards < 1:
+        raise ValueError(f"n_shards {n_shards} must be >= 1")
+    n = min(n_shards, len(seqs))
+    if n <= 1:
+        return [list(range(len(seqs)))] if seqs else []
+    order = sorted(range(len(seqs)), key=lambda i: (list(seqs[i]), i))
+    m = len(order)
+    shared = [0] + [_shared_length(seqs[order[i - 1]], seqs[order[i]]) for i in range(1, m)]
+    total = [0] * (m + 1)  # total[j]: sum(len) - sum(shared with the previous) over order[:j]
+    for j in range(m):
+        total[j + 1] = total[j] + len(seqs[order[j]]) - shared[j]
+
+    def tree(a: int, b: int) -> int:  # prefix-tree tokens of order[a:b]
+        return total[b] - total[a] + shared[a]
+
+    # best[k][j]: order[:j] in k runs, the least largest run; cut[k][j]: where the last run starts
+    inf = float("inf")
+    best = [[inf] * (m + 1) for _ in range(n + 1)]
+    cut = [[0] * (m + 1) for _ in range(n + 1)]
+    best[0][0] = 0
+    for k in range(1, n + 1):
+        for j in range(k, m + 1):
+            for i in range(k - 1, j):
+                c = max(best[k - 1][i], tree(i, j))
+                if c < best[k][j]:
+                    best[k][j], cut[k][j] = c, i
+    runs: list[list[int]] = []
+    j = m
+    for k in range(n, 0, -1):
+        i = cut[k][j]
+        runs.append(sorted(order[i:j]))
+        j = i
+    return runs[::-1]
+
+
 @contextmanager
 def one_torch_thread() -> Iterator[None]:
     """torch at one intra-op thread inside the block (the shards are the parallelism), restored after."""

@@ -23,6 +23,9 @@ prefix can share its computation:
   outputs are read nowhere runs its last layer only as far as its keys and values, so where a response's
   first token is read at the prompt's last position the trunk ends one token earlier and that token joins
   every branch, when this saves more token-layers than it adds (`_trunk_end`, given the model's layers).
+  A supervised batch (`shared_prefix_packs`) has no prompt groups: its sequences are split into groups
+  that go on sharing a longer prefix (one per domain's system prompt and tools, say) where a group's own
+  trunk saves more than it costs (`_prefix_groups`).
 - "auto": per task and role, whichever of its tree and its prefix pack runs fewer token-equivalents (the
   tree's N + `TREE_PAIR_COST` N^2 against the prefix pack's trunk and branch tokens): short rehearse-mode
   calls, whose K trajectories share many turns beyond the common prefix, take the tree; long multi-turn
@@ -194,14 +197,18 @@ def _trunk_end(chains: list[Pack], n: int, layers: int) -> int:
     return n
 
 
-def _star(chains: list[Pack], layers: int = 0) -> Pack:
+def _star(chains: list[Pack], layers: int = 0, trunk: int | None = None) -> Pack:
     """One prefix pack of `chains` (whose ids share at least their first token): the common prefix as the
     trunk (cut before its first read where that pays, `_trunk_end`), each chain's remainder as a branch. A
     chain's last token is left out of its branch: its logits predict nothing, and no later token of that
-    chain attends to it."""
-    n = _common_prefix([c.ids for c in chains])
-    if (len(chains) - 1) * n < default_pass_cost():
-        n = 0  # a trunk pass would cost more than it saves: the chains run whole, as branches of no trunk
+    chain attends to it. `trunk`: a trunk length the caller has chosen (a prefix the chains share), kept
+    whatever it saves."""
+    if trunk is not None:
+        n = trunk
+    else:
+        n = _common_prefix([c.ids for c in chains])
+        if (len(chains) - 1) * n < default_pass_cost():
+            n = 0  # a trunk pass would cost more than it saves: the chains run whole, as branches of no trunk
     n = _trunk_end(chains, n, layers)
     pack = Pack(ids=chains[0].ids[:n], role=chains[0].role, branches=[])
     for c in chains:
@@ -213,6 +220,45 @@ def _star(chains: list[Pack], layers: int = 0) -> Pack:
             read = [t if t < n else start + t - n for t in seg.read]
             pack.segments.append(Segment(row=seg.row, read=read))
     return pack
+
+
+def _prefix_groups(chains: list[Pack], n: int) -> list[tuple[int, list[Pack]]]:
+    """`chains`, whose common prefix is their first `n` tokens, as (trunk length, chains) groups: the chains
+    that continue with the same token at `n` form a group of their own (split again the same way) where
+    their longer common prefix m saves more branch tokens than their own trunk row costs, k (m - n) > m;
+    the others stay together on trunk `n`."""
+    by_next: dict[int, list[Pack]] = {}
+    rest: list[Pack] = []
+    for c in chains:
+        if len(c.ids) > n:
+            by_next.setdefault(c.ids[n], []).append(c)
+        else:
+            rest.append(c)
+    out: list[tuple[int, list[Pack]]] = []
+    for sub in by_next.values():
+        m = _common_prefix([c.ids for c in sub])
+        if len(sub) > 1 and len(sub) * (m - n) > m:
+            out.extend(_prefix_groups(sub, m))
+        else:
+            rest.extend(sub)
+    if rest:
+        out.append((n, rest))
+    return out
+
+
+def _grouped_stars(chains: list[Pack], layers: int = 0) -> list[Pack]:
+    """`chains` as prefix packs whose trunks are the groups' common prefixes (`_prefix_groups` under each
+    first token), where the tokens all trunks save pay for the trunk pass; otherwise `_stars`. One trunk pass
+    runs every pack's trunk, so the trunk-pass cost is counted once for the whole set."""
+    groups: list[tuple[int, list[Pack]]] = []
+    by_first: dict[int, list[Pack]] = {}
+    for c in chains:
+        by_first.setdefault(c.ids[0], []).append(c)
+    for cs in by_first.values():
+        groups.extend(_prefix_groups(cs, _common_prefix([c.ids for c in cs])))
+    if sum((len(cs) - 1) * n for n, cs in groups) < default_pass_cost():
+        return _stars(chains, layers)
+    return [_star(cs, layers, n) for n, cs in groups]
 
 
 def _stars(chains: list[Pack], layers: int = 0) -> list[Pack]:
@@ -292,11 +338,12 @@ def padded_tokens(packs: list[Pack], max_tokens: int | None = None) -> int:
 def shared_prefix_packs(seqs: list[list[int]], reads: list[list[int]], role: Role, layers: int = 0) -> list[Pack]:
     """Prefix packs of whole sequences (e.g. one supervised batch): sequence i, whose logits are read at
     positions `reads[i]`, becomes segment `row=i`; sequences that start with the same token share a trunk
-    (`layers` as in `pack_rows`)."""
+    (`layers` as in `pack_rows`), and groups of them that go on sharing a longer prefix get a trunk of
+    their own (`_grouped_stars`)."""
     chains = []
     for i, (seq, rd) in enumerate(zip(seqs, reads)):
         if not seq or (rd and not 0 <= min(rd) <= max(rd) < len(seq) - 1):
             raise ValueError(f"sequence {i}: read positions must lie in 0..len-2 of a non-empty sequence "
                              f"(logits at t predict token t + 1)")
         chains.append(Pack(ids=list(seq), role=role, segments=[Segment(row=i, read=list(rd))]))
-    return _stars(chains, layers)
+    return _grouped_stars(chains, layers)

@@ -29,7 +29,7 @@ from envace.cpu_threads import apply_thread_policy
 from envace.data.tasks import load_tasks
 from envace.engines.logprobs import layer_count
 from envace.models.loading import load_policy, pick_device, save_model
-from envace.thread_shards import ShardRunner, add_grads, balanced_shards, one_torch_thread
+from envace.thread_shards import ShardRunner, add_grads, balanced_shards, one_torch_thread, prefix_shards
 from envace.trainers.config import SFTConfig
 from envace.trainers.packing import shared_prefix_packs
 from envace.trainers.prefix_passes import prefix_pass
@@ -112,9 +112,10 @@ def loss_tokens(sample: Sample) -> int:
 
 def sharded_batch_grads(model, batch: list[Sample], pad_id: int, share_prefix: bool,
                         runner: ShardRunner) -> tuple[torch.Tensor, list[float]]:
-    """`batch_loss` + backward with the batch cut into `runner.n_threads` shards of similar length, each
-    in its own thread; sets the parameters' `.grad` to the batch's gradient (each shard's token-mean loss
-    weighted by its share of the batch's loss tokens). Returns the batch loss and each sample's own mean."""
+    """`batch_loss` + backward with the batch cut into `runner.n_threads` shards of similar work (with
+    `share_prefix`, sequences that share a prefix in one shard: `prefix_shards`), each in its own thread;
+    sets the parameters' `.grad` to the batch's gradient (each shard's token-mean loss weighted by its share
+    of the batch's loss tokens). Returns the batch loss and each sample's own mean."""
     total = max(sum(loss_tokens(s) for s in batch), 1)
     row_loss = [0.0] * len(batch)
 
@@ -125,7 +126,10 @@ def sharded_batch_grads(model, batch: list[Sample], pad_id: int, share_prefix: b
         scaled = loss * (sum(loss_tokens(batch[i]) for i in idx) / total)
         return scaled, scaled.detach()
 
-    parts = balanced_shards([len(s.ids) for s in batch], runner.n_threads)
+    if share_prefix:  # a shard runs its sequences' shared prefixes once: keep them together
+        parts = prefix_shards([s.ids for s in batch], runner.n_threads)
+    else:
+        parts = balanced_shards([len(s.ids) for s in batch], runner.n_threads)
     params = [p for p in model.parameters() if p.requires_grad]
     results = runner.grads(params, [functools.partial(shard_loss, idx) for idx in parts])
     model.zero_grad(set_to_none=True)

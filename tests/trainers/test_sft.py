@@ -65,15 +65,18 @@ def test_packed_and_per_message_losses_agree(tasks, tiny_model_dir, tok):
 
 
 def test_shared_prefix_loss_equals_the_per_sample_loop(tasks, tiny_model_dir, tok):
-    """The batch's common prefix run once, sequences in length-sorted passes, the output layer at targets
-    only: the same token-mean loss, per-sample losses and gradients as one padded full-logits forward and
-    as a loop over unpadded samples (float64)."""
+    """The batch's common prefix run once (and each domain's longer one where the batch holds several:
+    system prompt and tools), sequences in length-sorted passes, the output layer at targets only: the same
+    token-mean loss, per-sample losses and gradients as one padded full-logits forward and as a loop over
+    unpadded samples (float64)."""
     model = load_policy(tiny_model_dir)[0].double()
     acts, rehs = build_samples(tasks, tok, SFTConfig(model="m"))
-    for batch in (acts[:7], rehs[:9]):
+    for batch in (acts[:7], rehs[:9], acts):
         reads = [[j - 1 for j, t in enumerate(s.is_target) if t] for s in batch]
         packs = shared_prefix_packs([s.ids for s in batch], reads, batch[0].role)
         assert sum(p.tokens for p in packs) < len(batch) * max(len(s.ids) for s in batch)  # fewer tokens run
+        if batch is acts:  # three domains: three trunks, one per system prompt
+            assert len(packs) == 3 and all(len(p.ids) > 100 for p in packs)
         # the loop: each sample alone, summed token losses over all targets
         model.zero_grad()
         total, n, want_rows = 0.0, 0, []
