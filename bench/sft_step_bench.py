@@ -1,6 +1,8 @@
-"""The SFT step: a batch's common prefix run once (`share_prefix`, the default) vs one padded forward with
-full logits (the baseline), and at more than one thread the batch in thread shards (`SFTConfig.shards`,
-the default there: one shard per thread, each at one torch thread), on the demo's SFT work.
+"""The SFT step: a batch's shared prefixes run once (`share_prefix`, the default: sequences that go on sharing
+a longer prefix in trunks of their own, `prefix_groups`) and the batch's common prefix alone as the one
+trunk (`prefix_groups=False`) vs one padded forward with full logits (the baseline), and at more than one
+thread the batch in thread shards (`SFTConfig.shards`, the default there: one shard per thread, each at one
+torch thread), on the demo's SFT work.
 
     OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/sft_step_bench.py
     OMP_NUM_THREADS=1 .venv/bin/python bench/sft_step_bench.py --batches 10 --repeats 2   # quick
@@ -9,7 +11,7 @@ the default there: one shard per thread, each at one torch thread), on the demo'
 Work: the demo's tiny model (`build_model`, 600 corpus tasks, seed 0, built in a temp dir), its SFT samples
 (3,000 tool-world tasks: packed Act conversations and Rehearse calls) and its batches (16 sequences of one
 role, `BatchDrawer`, seed 0); each arm runs the same `--batches` batches as forward + backward + AdamW step
-through `envace.trainers.sft.batch_loss` (the shard arm through `sharded_batch_grads`), `--threads` torch
+through `envace.trainers.sft.batch_loss` (the shard arms through `sharded_batch_grads`), `--threads` torch
 threads (default one; an `envace` command runs with OMP_WAIT_POLICY=PASSIVE, which the runtime reads at
 start-up, so set it outside to time what it runs). Arms rotate `--repeats` times; the script prints each
 repeat's seconds per step, the median speed-ups against the padded baseline, the tokens each arm runs per
@@ -57,11 +59,11 @@ def main() -> None:
     draw = BatchDrawer(acts, rehs, cfg, random.Random(0))
     batches = [draw() for _ in range(args.batches)]
     padded = statistics.mean(len(b) * max(len(s.ids) for s in b) for b in batches)
-    shared = statistics.mean(
+    shared, one_trunk = (statistics.mean(
         sum(p.tokens for p in shared_prefix_packs([s.ids for s in b],
                                                   [[j - 1 for j, t in enumerate(s.is_target) if t] for s in b],
-                                                  b[0].role))
-        for b in batches)
+                                                  b[0].role, groups=groups))
+        for b in batches) for groups in (True, False))
     with torch.no_grad():
         diff = max(abs(float(batch_loss(model, b, tok.pad_token_id, True)[0])
                        - float(batch_loss(model, b, tok.pad_token_id, False)[0])) for b in batches[:5])
@@ -69,18 +71,21 @@ def main() -> None:
     model.train()
     runner = ShardRunner(args.threads) if args.threads > 1 else None
 
-    def one_pass(b, share: bool) -> None:
-        loss, _ = batch_loss(model, b, tok.pad_token_id, share)
+    def one_pass(b, share: bool, groups: bool = True) -> None:
+        loss, _ = batch_loss(model, b, tok.pad_token_id, share, groups)
         opt.zero_grad(set_to_none=True)
         loss.backward()
 
-    def sharded(b) -> None:
+    def sharded(b, groups: bool) -> None:
         with one_torch_thread():
-            sharded_batch_grads(model, b, tok.pad_token_id, True, runner)
+            sharded_batch_grads(model, b, tok.pad_token_id, True, runner, groups)
 
-    arms = {"padded full logits": lambda b: one_pass(b, False), "shared prefix": lambda b: one_pass(b, True)}
+    arms = {"padded full logits": lambda b: one_pass(b, False),
+            "shared prefix, one trunk": lambda b: one_pass(b, True, False),
+            "shared prefix": lambda b: one_pass(b, True)}
     if runner is not None:
-        arms[f"shared prefix, {args.threads} thread shards"] = sharded
+        arms[f"one trunk, {args.threads} thread shards"] = lambda b: sharded(b, False)
+        arms[f"shared prefix, {args.threads} thread shards"] = lambda b: sharded(b, True)
     names = list(arms)
     times: dict[str, list[float]] = {n: [] for n in names}
     for rep in range(args.repeats):
@@ -95,7 +100,7 @@ def main() -> None:
     if runner is not None:
         runner.close()
     base = statistics.median(times["padded full logits"])
-    print(f"tokens per batch: padded {padded:.0f}, shared prefix {shared:.0f} "
+    print(f"tokens per batch: padded {padded:.0f}, one trunk {one_trunk:.0f}, shared prefix {shared:.0f} "
           f"({len(acts)} Act and {len(rehs)} Rehearse samples); largest loss difference {diff:.1e}")
     print(f"median s/step at {args.threads} thread(s), speed-up vs padded full logits (the baseline):")
     for n in names:

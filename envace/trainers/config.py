@@ -317,6 +317,10 @@ class SFTConfig(BaseConfig):
                                                  "length-sorted passes, the output layer at target positions only "
                                                  "(the same loss as one padded forward, fewer tokens); false: one "
                                                  "padded forward with full logits.")
+    prefix_groups: bool = Field(True, description="With share_prefix: sequences of a batch that go on sharing a "
+                                                  "longer prefix (a domain's system prompt and tools) get a trunk "
+                                                  "of their own where it saves tokens, and thread shards keep them "
+                                                  "together; false: one trunk, the batch's common prefix.")
     steps: int | None = Field(None, ge=1, description="Optimizer steps (None: run for time_budget_s).")
     time_budget_s: float = Field(240.0, gt=0, description="Wall-clock budget when steps is None.")
     lr: float = Field(2e-3, gt=0, description="Peak learning rate (cosine decay to 10%).")

@@ -335,15 +335,16 @@ def padded_tokens(packs: list[Pack], max_tokens: int | None = None) -> int:
             + sum(len(run) * lengths[run[0]] for run in branch_chunks(lengths, max_tokens=max_tokens)))
 
 
-def shared_prefix_packs(seqs: list[list[int]], reads: list[list[int]], role: Role, layers: int = 0) -> list[Pack]:
+def shared_prefix_packs(seqs: list[list[int]], reads: list[list[int]], role: Role, layers: int = 0,
+                        groups: bool = True) -> list[Pack]:
     """Prefix packs of whole sequences (e.g. one supervised batch): sequence i, whose logits are read at
     positions `reads[i]`, becomes segment `row=i`; sequences that start with the same token share a trunk
-    (`layers` as in `pack_rows`), and groups of them that go on sharing a longer prefix get a trunk of
-    their own (`_grouped_stars`)."""
+    (`layers` as in `pack_rows`), and with `groups` those of them that go on sharing a longer prefix get a
+    trunk of their own (`_grouped_stars`)."""
     chains = []
     for i, (seq, rd) in enumerate(zip(seqs, reads)):
         if not seq or (rd and not 0 <= min(rd) <= max(rd) < len(seq) - 1):
             raise ValueError(f"sequence {i}: read positions must lie in 0..len-2 of a non-empty sequence "
                              f"(logits at t predict token t + 1)")
         chains.append(Pack(ids=list(seq), role=role, segments=[Segment(row=i, read=list(rd))]))
-    return _grouped_stars(chains, layers)
+    return _grouped_stars(chains, layers) if groups else _stars(chains, layers)

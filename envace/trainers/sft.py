@@ -6,9 +6,10 @@ tool call's true response as Rehearse targets, optionally with wrong-call twins 
 Loss only on target tokens (including the end-of-turn
 token, so the model learns to stop). Each batch holds one role (Act with probability act_fraction), so
 short Rehearse sequences are not padded to long Act ones. Cosine learning rate with warm-up; runs for a step count or a
-wall-clock budget. A batch's common prefix (the system prompt and tools its samples share) runs once and
-its sequences continue it in length-sorted passes, the output layer at target positions only
-(`share_prefix`; the same token-mean loss as one padded full-logits forward). On CPU at more than one
+wall-clock budget. A batch's common prefix runs once and its sequences continue it in length-sorted passes,
+the output layer at target positions only (`share_prefix`; the same token-mean loss as one padded
+full-logits forward); sequences that go on sharing a longer prefix (a domain's system prompt and tools)
+share a trunk of their own (`prefix_groups`). On CPU at more than one
 torch thread a batch runs in thread shards (`shards`, envace.thread_shards): the same gradient
 up to float rounding, each shard in its own thread at one torch thread.
 """
@@ -78,12 +79,14 @@ class BatchDrawer:
         return queue.pop()
 
 
-def batch_loss(model, batch: list[Sample], pad_id: int, share_prefix: bool) -> tuple[torch.Tensor, list[float]]:
+def batch_loss(model, batch: list[Sample], pad_id: int, share_prefix: bool,
+               prefix_groups: bool = True) -> tuple[torch.Tensor, list[float]]:
     """Token-mean cross-entropy over the batch's target tokens, and each sample's own mean (for logging).
 
     share_prefix: the batch's common prefix runs once and the sequences continue it in length-sorted passes,
     the output layer only at target positions (`envace.trainers.packing.prefix_pass`); otherwise one padded
-    forward with full logits. Both compute the same loss."""
+    forward with full logits. Both compute the same loss. prefix_groups: longer prefixes shared by part of
+    the batch get trunks of their own (`shared_prefix_packs`)."""
     if not share_prefix:
         ids, att, labels = (t.to(next(model.parameters()).device) for t in collate(batch, pad_id))
         logits = model(input_ids=ids, attention_mask=att).logits[:, :-1]
@@ -95,7 +98,7 @@ def batch_loss(model, batch: list[Sample], pad_id: int, share_prefix: bool) -> t
             row_loss = ((per_tok * mask).sum(1) / mask.sum(1).clamp(min=1)).tolist()
         return (per_tok * mask).sum() / mask.sum().clamp(min=1), row_loss
     reads = [[j - 1 for j, t in enumerate(s.is_target) if t] for s in batch]
-    packs = shared_prefix_packs([s.ids for s in batch], reads, batch[0].role, layer_count(model))
+    packs = shared_prefix_packs([s.ids for s in batch], reads, batch[0].role, layer_count(model), prefix_groups)
     rows = [seg.row for p in packs for seg in p.segments]
     targets = [batch[seg.row].ids[t + 1] for p in packs for seg in p.segments for t in reads[seg.row]]
     nll = -prefix_pass(model, packs, targets, [1.0] * len(targets), pad_id)[0]
@@ -110,23 +113,24 @@ def loss_tokens(sample: Sample) -> int:
     return sum(sample.is_target[1:])
 
 
-def sharded_batch_grads(model, batch: list[Sample], pad_id: int, share_prefix: bool,
-                        runner: ShardRunner) -> tuple[torch.Tensor, list[float]]:
+def sharded_batch_grads(model, batch: list[Sample], pad_id: int, share_prefix: bool, runner: ShardRunner,
+                        prefix_groups: bool = True) -> tuple[torch.Tensor, list[float]]:
     """`batch_loss` + backward with the batch cut into `runner.n_threads` shards of similar work (with
-    `share_prefix`, sequences that share a prefix in one shard: `prefix_shards`), each in its own thread;
+    `share_prefix` and `prefix_groups`, sequences that share a prefix in one shard: `prefix_shards`), each in
+    its own thread;
     sets the parameters' `.grad` to the batch's gradient (each shard's token-mean loss weighted by its share
     of the batch's loss tokens). Returns the batch loss and each sample's own mean."""
     total = max(sum(loss_tokens(s) for s in batch), 1)
     row_loss = [0.0] * len(batch)
 
     def shard_loss(idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        loss, rows = batch_loss(model, [batch[i] for i in idx], pad_id, share_prefix)
+        loss, rows = batch_loss(model, [batch[i] for i in idx], pad_id, share_prefix, prefix_groups)
         for i, r in zip(idx, rows):
             row_loss[i] = r
         scaled = loss * (sum(loss_tokens(batch[i]) for i in idx) / total)
         return scaled, scaled.detach()
 
-    if share_prefix:  # a shard runs its sequences' shared prefixes once: keep them together
+    if share_prefix and prefix_groups:  # a shard runs its sequences' shared prefixes once: keep them together
         parts = prefix_shards([s.ids for s in batch], runner.n_threads)
     else:
         parts = balanced_shards([len(s.ids) for s in batch], runner.n_threads)
@@ -203,11 +207,12 @@ def _sft_loop(cfg: SFTConfig, model, tok, opt, draw: BatchDrawer, losses: dict[s
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, cfg)
         if runner is None:
-            loss, row_loss = batch_loss(model, batch, tok.pad_token_id, cfg.share_prefix)
+            loss, row_loss = batch_loss(model, batch, tok.pad_token_id, cfg.share_prefix, cfg.prefix_groups)
             opt.zero_grad(set_to_none=True)
             loss.backward()
         else:
-            loss, row_loss = sharded_batch_grads(model, batch, tok.pad_token_id, cfg.share_prefix, runner)
+            loss, row_loss = sharded_batch_grads(model, batch, tok.pad_token_id, cfg.share_prefix, runner,
+                                                 cfg.prefix_groups)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         for s, row_l in zip(batch, row_loss):

@@ -46,6 +46,9 @@ def test_groups_that_share_a_longer_prefix_get_their_own_trunk_by_hand():
     # at its last branch token
     assert [s.read for p in packs for s in p.segments] == [[153], [154], [155], [153], [154], [4], [8], [12]]
     assert sum(p.tokens for p in packs) == 153 + 3 + 153 + 2 + 3 + 2 + 4 + 4
+    # without groups: one pack; its trunk of 3 saves 7 x 3 tokens, less than a pass, so it has none
+    (one,) = shared_prefix_packs(seqs, _reads(seqs), Role.ACT, groups=False)
+    assert one.ids == [] and one.branches == [s[:-1] for s in seqs]
 
 
 def test_groups_split_again_inside_a_group():
