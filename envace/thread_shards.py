@@ -1,6 +1,7 @@
 """Data-parallel threads inside one CPU process: a batch cut into shards, each shard run in its own Python
 thread at one torch thread. Two users: an SFT step (envace.trainers.sft: each shard's forward and
-backward, the shards' gradients summed in shard order into `param.grad`; the same for a policy update's
+backward, the shards' gradients summed in shard order into `param.grad`; sequences that share a prefix
+kept in one shard, `prefix_shards`; the same for a policy update's
 micro-batches, envace.trainers.update) and a generation call
 (envace.engines.fast: each shard's requests generated on their own, the results put back in order).
 

@@ -9,9 +9,9 @@ short Rehearse sequences are not padded to long Act ones. Cosine learning rate w
 wall-clock budget. A batch's common prefix runs once and its sequences continue it in length-sorted passes,
 the output layer at target positions only (`share_prefix`; the same token-mean loss as one padded
 full-logits forward); sequences that go on sharing a longer prefix (a domain's system prompt and tools)
-share a trunk of their own (`prefix_groups`). On CPU at more than one
-torch thread a batch runs in thread shards (`shards`, envace.thread_shards): the same gradient
-up to float rounding, each shard in its own thread at one torch thread.
+share a trunk of their own (`prefix_groups`). On CPU at more than one torch thread a batch runs in thread
+shards (`shards`, envace.thread_shards): the same gradient up to float rounding, each shard in its own
+thread at one torch thread.
 """
 
 from __future__ import annotations
@@ -117,9 +117,8 @@ def sharded_batch_grads(model, batch: list[Sample], pad_id: int, share_prefix: b
                         prefix_groups: bool = True) -> tuple[torch.Tensor, list[float]]:
     """`batch_loss` + backward with the batch cut into `runner.n_threads` shards of similar work (with
     `share_prefix` and `prefix_groups`, sequences that share a prefix in one shard: `prefix_shards`), each in
-    its own thread;
-    sets the parameters' `.grad` to the batch's gradient (each shard's token-mean loss weighted by its share
-    of the batch's loss tokens). Returns the batch loss and each sample's own mean."""
+    its own thread; sets the parameters' `.grad` to the batch's gradient (each shard's token-mean loss
+    weighted by its share of the batch's loss tokens). Returns the batch loss and each sample's own mean."""
     total = max(sum(loss_tokens(s) for s in batch), 1)
     row_loss = [0.0] * len(batch)
 
