@@ -1,8 +1,8 @@
 """Data-parallel threads inside one CPU process: a batch cut into shards, each shard run in its own Python
 thread at one torch thread. Two users: an SFT step (envace.trainers.sft: each shard's forward and
-backward, the shards' gradients summed in shard order into `param.grad`; sequences that share a prefix
-kept in one shard, `prefix_shards`; the same for a policy update's
-micro-batches, envace.trainers.update) and a generation call
+backward, the shards' gradients summed in shard order into `param.grad`, sequences that share a prefix
+kept in one shard by `prefix_shards`; the same for a policy update's micro-batches,
+envace.trainers.update) and a generation call
 (envace.engines.fast: each shard's requests generated on their own, the results put back in order).
 
 Why: a small model's ops are too short for torch's intra-op threads to pay. Every op of a two-thread team
