@@ -63,7 +63,12 @@ def prefix_shards(seqs: Sequence[Sequence[int]], n_shards: int) -> list[list[int
     together, for shards that run shared prefixes once (envace.trainers.packing.shared_prefix_packs): the
     sequences in lexicographic order, cut into contiguous runs that minimise the largest run's prefix-tree
     size (a sorted run's tree has sum(len) - sum(shared prefix of neighbours) tokens); each shard's indices
-    in ascending order. Deterministic (ties by index)."""
+    in ascending order. Deterministic (ties by index).
+
+    A run's tree only grows as the run does, so the least largest tree is found by bisection on it, each
+    bound checked by filling runs greedily from the last sequence back (O(n log total) for n sequences; with
+    two shards this is the earliest cut of least largest tree); runs are then split, largest first, until
+    there are `n_shards` (splitting never grows the largest)."""
     if n_shards < 1:
         raise ValueError(f"n_shards {n_shards} must be >= 1")
     n = min(n_shards, len(seqs))
@@ -79,24 +84,28 @@ def prefix_shards(seqs: Sequence[Sequence[int]], n_shards: int) -> list[list[int
     def tree(a: int, b: int) -> int:  # prefix-tree tokens of order[a:b]
         return total[b] - total[a] + shared[a]
 
-    # best[k][j]: order[:j] in k runs, the least largest run; cut[k][j]: where the last run starts
-    inf = float("inf")
-    best = [[inf] * (m + 1) for _ in range(n + 1)]
-    cut = [[0] * (m + 1) for _ in range(n + 1)]
-    best[0][0] = 0
-    for k in range(1, n + 1):
-        for j in range(k, m + 1):
-            for i in range(k - 1, j):
-                c = max(best[k - 1][i], tree(i, j))
-                if c < best[k][j]:
-                    best[k][j], cut[k][j] = c, i
-    runs: list[list[int]] = []
-    j = m
-    for k in range(n, 0, -1):
-        i = cut[k][j]
-        runs.append(sorted(order[i:j]))
-        j = i
-    return runs[::-1]
+    def greedy(bound: int) -> list[tuple[int, int]]:  # runs filled from the right, each tree <= bound
+        runs, b = [], m
+        for a in range(m - 1, -1, -1):
+            if tree(a, b) > bound:
+                runs.append((a + 1, b))
+                b = a + 1
+        return [(0, b)] + runs[::-1]
+
+    lo, hi = max(tree(i, i + 1) for i in range(m)), tree(0, m)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(greedy(mid)) <= n:
+            hi = mid
+        else:
+            lo = mid + 1
+    runs = greedy(lo)
+    while len(runs) < n:  # split the largest run of two or more where its larger half is least
+        k = max((r for r in range(len(runs)) if runs[r][1] - runs[r][0] > 1), key=lambda r: tree(*runs[r]))
+        a, b = runs[k]
+        c = min(range(a + 1, b), key=lambda c: max(tree(a, c), tree(c, b)))
+        runs[k:k + 1] = [(a, c), (c, b)]
+    return [sorted(order[a:b]) for a, b in runs]
 
 
 @contextmanager

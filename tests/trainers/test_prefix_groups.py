@@ -80,6 +80,10 @@ def test_prefix_shards_by_hand():
     assert prefix_shards(seqs, 2) == [[0, 2, 4], [1, 3, 5]]
     assert prefix_shards(seqs, 1) == [[0, 1, 2, 3, 4, 5]]
     assert prefix_shards([[5], [4]], 4) == [[1], [0]]  # never an empty shard; lexicographic order
+    # the long sequence alone bounds the largest tree (20); a third shard halves the family's run evenly
+    family = [[1, i] for i in range(4)]
+    assert prefix_shards(family + [[9] * 20], 2) == [[0, 1, 2, 3], [4]]
+    assert prefix_shards(family + [[9] * 20], 3) == [[0, 1], [2, 3], [4]]
     assert prefix_shards([], 2) == []
     with pytest.raises(ValueError, match="n_shards"):
         prefix_shards(seqs, 0)
@@ -89,15 +93,21 @@ def _tree_size(seqs) -> int:
     return len({tuple(s[:j]) for s in seqs for j in range(1, len(s) + 1)})
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(16))
 def test_prefix_shards_least_largest_tree_over_every_contiguous_cut(seed):
     rng = random.Random(seed)
     stems = [[rng.randrange(1, 4) for _ in range(rng.randrange(1, 6))] for _ in range(3)]
-    seqs = [rng.choice(stems) + [rng.randrange(1, 4) for _ in range(rng.randrange(1, 5))] for _ in range(7)]
-    n = 1 + seed % 3
+    seqs = [rng.choice(stems) + [rng.randrange(1, 4) for _ in range(rng.randrange(1, 5))]
+            for _ in range(rng.randrange(2, 9))]
+    n = 1 + seed % 4
     got = prefix_shards(seqs, n)
     assert sorted(i for s in got for i in s) == list(range(len(seqs)))
+    assert len(got) == min(n, len(seqs)) and all(got)
     order = sorted(range(len(seqs)), key=lambda i: (seqs[i], i))
     best = min(max(_tree_size([seqs[i] for i in order[a:b]]) for a, b in zip((0,) + cuts, cuts + (len(seqs),)))
                for k in range(n) for cuts in itertools.combinations(range(1, len(seqs)), k))
     assert max(_tree_size([seqs[i] for i in s]) for s in got) == best
+    if n == 2:  # two shards: the earliest cut of least largest tree
+        cut = min(range(1, len(seqs)), key=lambda c: (max(_tree_size([seqs[i] for i in order[:c]]),
+                                                          _tree_size([seqs[i] for i in order[c:]])), c))
+        assert got == [sorted(order[:cut]), sorted(order[cut:])]
