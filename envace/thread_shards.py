@@ -50,7 +50,8 @@ def balanced_shards(sizes: Sequence[int], n_shards: int) -> list[list[int]]:
     return [sorted(s) for s in shards]
 
 
-def _shared_length(a: Sequence[int], b: Sequence[int]) -> int:
+def shared_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens `a` and `b` share at their start."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -76,7 +77,7 @@ def prefix_shards(seqs: Sequence[Sequence[int]], n_shards: int) -> list[list[int
         return [list(range(len(seqs)))] if seqs else []
     order = sorted(range(len(seqs)), key=lambda i: (list(seqs[i]), i))
     m = len(order)
-    shared = [0] + [_shared_length(seqs[order[i - 1]], seqs[order[i]]) for i in range(1, m)]
+    shared = [0] + [shared_prefix_length(seqs[order[i - 1]], seqs[order[i]]) for i in range(1, m)]
     total = [0] * (m + 1)  # total[j]: sum(len) - sum(shared with the previous) over order[:j]
     for j in range(m):
         total[j + 1] = total[j] + len(seqs[order[j]]) - shared[j]

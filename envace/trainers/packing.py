@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from envace.thread_shards import shared_prefix_length
 from envace.trainers.prefix_passes import branch_chunks, default_pass_cost
 from envace.trainers.train_rows import TrainRow
 from envace.types import Role
@@ -175,14 +176,7 @@ def _tree(rows: list[TrainRow], idx: list[int]) -> Pack:
 
 
 def _common_prefix(seqs: list[list[int]]) -> int:
-    n = min(len(s) for s in seqs)
-    first = seqs[0]
-    for s in seqs[1:]:
-        i = 0
-        while i < n and s[i] == first[i]:
-            i += 1
-        n = i
-    return n
+    return min((shared_prefix_length(seqs[0], s) for s in seqs[1:]), default=len(seqs[0]))
 
 
 def _trunk_end(chains: list[Pack], n: int, layers: int) -> int:
@@ -250,12 +244,7 @@ def _grouped_stars(chains: list[Pack], layers: int = 0) -> list[Pack]:
     """`chains` as prefix packs whose trunks are the groups' common prefixes (`_prefix_groups` under each
     first token), where the tokens all trunks save pay for the trunk pass; otherwise `_stars`. One trunk pass
     runs every pack's trunk, so the trunk-pass cost is counted once for the whole set."""
-    groups: list[tuple[int, list[Pack]]] = []
-    by_first: dict[int, list[Pack]] = {}
-    for c in chains:
-        by_first.setdefault(c.ids[0], []).append(c)
-    for cs in by_first.values():
-        groups.extend(_prefix_groups(cs, _common_prefix([c.ids for c in cs])))
+    groups = [g for cs in _by_first_token(chains) for g in _prefix_groups(cs, _common_prefix([c.ids for c in cs]))]
     if sum((len(cs) - 1) * n for n, cs in groups) < default_pass_cost():
         return _stars(chains, layers)
     return [_star(cs, layers, n) for n, cs in groups]
@@ -263,10 +252,14 @@ def _grouped_stars(chains: list[Pack], layers: int = 0) -> list[Pack]:
 
 def _stars(chains: list[Pack], layers: int = 0) -> list[Pack]:
     """`chains` as one prefix pack per first token (`layers`: the model's, for `_trunk_end`)."""
+    return [_star(cs, layers) for cs in _by_first_token(chains)]
+
+
+def _by_first_token(chains: list[Pack]) -> list[list[Pack]]:
     by_first: dict[int, list[Pack]] = {}
     for c in chains:
         by_first.setdefault(c.ids[0], []).append(c)
-    return [_star(cs, layers) for cs in by_first.values()]
+    return list(by_first.values())
 
 
 def pack_rows(rows: list[TrainRow], mode: PackMode | str = PackMode.CHAIN, layers: int = 0) -> list[Pack]:
