@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from envace.chat_tokens import encode_chat
+from envace.chat_tokens import EncodedChat, encode_chat
 from envace.toolcall import END_MARKERS, ParsedAct, check_arguments, parse_tool_calls, strip_end_markers, strip_think
 from envace.types import ErrorCode, Message
 from envace.untrusted import clean_text, short
 
-__all__ = ["END_MARKERS", "act_prompt_ids", "assistant_message", "chat_ids", "is_malformed", "parse_act",
+__all__ = ["END_MARKERS", "act_prompt", "act_prompt_ids", "assistant_message", "chat_ids", "is_malformed", "parse_act",
            "strip_end_markers", "tool_names"]
 
 
@@ -35,10 +35,18 @@ def chat_ids(tokenizer: Any, conversation: list[dict[str, Any]], *, tools: list[
                        sampled=sampled, enable_thinking=enable_thinking).ids
 
 
+def act_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]], *,
+               enable_thinking: bool = True) -> EncodedChat:
+    """The Act prompt, its text and ids: the history so far, with the sample's tools, ending in the assistant
+    header (control tokens only from the template, as `chat_ids`)."""
+    return encode_chat(tokenizer, [m.to_openai() for m in messages], tools=tools or None, add_generation_prompt=True,
+                       enable_thinking=enable_thinking)
+
+
 def act_prompt_ids(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]], *,
                    enable_thinking: bool = True) -> list[int]:
-    """The Act prompt: the history so far, with the sample's tools, ending in the assistant header."""
-    return chat_ids(tokenizer, [m.to_openai() for m in messages], tools=tools, enable_thinking=enable_thinking)
+    """The Act prompt's token ids (`act_prompt`)."""
+    return act_prompt(tokenizer, messages, tools, enable_thinking=enable_thinking).ids
 
 
 def tool_names(tools: list[dict[str, Any]]) -> list[str]:

@@ -15,10 +15,10 @@ import random
 from dataclasses import dataclass
 
 from envace.chat_tokens import encode_target
-from envace.roles.act import act_prompt_ids
+from envace.roles.act import act_prompt
 from envace.roles.rehearse import rehearse_messages, rehearse_prompt_ids, render_execution_result
 from envace.trainers.config import SFTConfig
-from envace.types import Message, Role, Task, ToolCall
+from envace.types import Role, Task, ToolCall
 
 END = "<|im_end|>"
 
@@ -40,75 +40,81 @@ class Sample:
         return sum(self.is_target)
 
 
-def _chat_text(tokenizer, messages: list[Message], tools, add_generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template([m.to_openai() for m in messages], tools=tools,
-                                         add_generation_prompt=add_generation_prompt, tokenize=False)
+@dataclass
+class ActTurn:
+    """One assistant message of a gold conversation as SFT sees it."""
+
+    index: int  # the message's index in the conversation
+    prompt_ids: list[int]  # the Act prompt before it, exactly as the rollout builds it (act_prompt)
+    text: str  # the message as the template renders it, up to its end-of-turn marker
+    target: str  # `text` and the end-of-turn marker (the eos token where the template writes none)
 
 
-def _act_targets(task: Task, tokenizer) -> list[tuple[int, str, str]]:
-    """(message index, prompt text, target text) for every assistant message of the gold conversation.
-    The target runs to the end-of-turn token inclusive, so the model learns to stop."""
+def act_turns(task: Task, tokenizer) -> list[ActTurn]:
+    """Every assistant message of the gold conversation: its Act prompt and the template's text for it
+    (what the template adds after that prompt when the message is rendered, to its end-of-turn marker
+    inclusive, so the model learns to stop). Two renders per message; the Rehearse samples and the Act
+    samples of a task share them."""
     out = []
     msgs = task.messages
     for i, m in enumerate(msgs):
         if m.role != "assistant":
             continue
-        prompt_text = _chat_text(tokenizer, msgs[:i], task.tools, True)
-        full_text = _chat_text(tokenizer, msgs[: i + 1], task.tools, False)
-        if not full_text.startswith(prompt_text):
+        prompt = act_prompt(tokenizer, msgs[:i], task.tools)
+        full_text = tokenizer.apply_chat_template([x.to_openai() for x in msgs[: i + 1]], tools=task.tools or None,
+                                                  add_generation_prompt=False, tokenize=False, enable_thinking=True)
+        if not full_text.startswith(prompt.text):
             raise ValueError(f"chat template of {tokenizer.name_or_path!r} does not render prompts as prefixes "
                              f"of the conversation (task {task.uuid}, message {i}); SFT targets need that")
-        target = full_text[len(prompt_text):]
-        target = target[: target.index(END) + len(END)] if END in target else target + (tokenizer.eos_token or "")
-        out.append((i, prompt_text, target))
+        rest = full_text[len(prompt.text):]
+        text = rest.split(END)[0]
+        target = text + END if END in rest else rest + (tokenizer.eos_token or "")
+        out.append(ActTurn(i, prompt.ids, text, target))
     return out
 
 
-def act_samples(task: Task, tokenizer) -> list[Sample]:
+def act_samples(task: Task, tokenizer, turns: list[ActTurn] | None = None) -> list[Sample]:
     """One sample per assistant message: the Act prompt exactly as the rollout builds it, then the
     gold message. The reference form that `packed_act_sample` must reproduce."""
-    return [Sample.of(Role.ACT, act_prompt_ids(tokenizer, task.messages[:i], task.tools),
-                      encode_target(tokenizer, target))
-            for i, _, target in _act_targets(task, tokenizer)]
+    return [Sample.of(Role.ACT, t.prompt_ids, encode_target(tokenizer, t.target))
+            for t in (act_turns(task, tokenizer) if turns is None else turns)]
 
 
-def packed_act_sample(task: Task, tokenizer) -> Sample | None:
+def packed_act_sample(task: Task, tokenizer, turns: list[ActTurn] | None = None) -> Sample | None:
     """All Act targets of a task in ONE sequence: the whole gold conversation with loss on every
     assistant message. Each target token sees exactly the context its per-message sample gives it
-    (causal attention; every prompt is a prefix of the conversation), at ~1/n of the tokens for n
-    assistant messages. None when a later prompt is not a prefix of the rendered conversation (e.g. a
-    template that rewrites earlier turns) or the pieces tokenize differently from the whole prompt;
-    callers then fall back to `act_samples`."""
-    targets = _act_targets(task, tokenizer)
-    if not targets:
+    (causal attention; every prompt's ids begin with the ids before it, earlier targets included), at
+    ~1/n of the tokens for n assistant messages. None when a later prompt does not begin with them (e.g.
+    a template that rewrites earlier turns, or a turn whose target tokenizes differently inside the
+    prompt); callers then fall back to `act_samples`."""
+    turns = act_turns(task, tokenizer) if turns is None else turns
+    if not turns:
         return None
     ids: list[int] = []
     is_target: list[bool] = []
-    text = ""
-    for i, prompt_text, target in targets:
-        if not prompt_text.startswith(text):
+    for turn in turns:
+        if turn.prompt_ids[:len(ids)] != ids:
             return None
-        ctx = tokenizer.encode(prompt_text[len(text):], add_special_tokens=False)
+        ctx = turn.prompt_ids[len(ids):]
         ids += ctx
         is_target += [False] * len(ctx)
-        if ids != act_prompt_ids(tokenizer, task.messages[:i], task.tools):
-            return None
-        tgt = encode_target(tokenizer, target)
+        tgt = encode_target(tokenizer, turn.target)
         ids += tgt
         is_target += [True] * len(tgt)
-        text = prompt_text + target
     return Sample(Role.ACT, ids, is_target)
 
 
-def rehearse_samples(task: Task, tokenizer, *, few_shot: bool, style: str) -> list[Sample]:
+def rehearse_samples(task: Task, tokenizer, *, few_shot: bool, style: str,
+                     turns: list[ActTurn] | None = None) -> list[Sample]:
+    """A Rehearse sample per gold call with a JSON response: the Rehearse chat (history, the Act turn's
+    text, the call) and the response as `<execution_result>`. `turns`: the task's `act_turns`, when known."""
     out = []
     msgs = task.messages
-    for i, m in enumerate(msgs):
-        if m.role != "assistant" or not m.tool_calls:
+    for turn in act_turns(task, tokenizer) if turns is None else turns:
+        i, m, act_text = turn.index, msgs[turn.index], turn.text
+        if not m.tool_calls:
             continue
         responses = [r for r in msgs[i + 1: i + 1 + len(m.tool_calls)] if r.role == "tool"]
-        act_text = _chat_text(tokenizer, msgs[: i + 1], task.tools, False)[
-            len(_chat_text(tokenizer, msgs[:i], task.tools, True)):].split(END)[0]
         for call, resp in zip(m.tool_calls, responses):
             try:
                 obj = json.loads(resp.content)
@@ -174,9 +180,10 @@ def error_rehearse_samples(task: Task, tokenizer, *, share: float, seed: int, fe
 def build_samples(tasks: list[Task], tokenizer, cfg: SFTConfig) -> tuple[list[Sample], list[Sample]]:
     acts, rehs = [], []
     for t in tasks:
-        packed = packed_act_sample(t, tokenizer) if cfg.pack_act else None
-        acts += [packed] if packed is not None else act_samples(t, tokenizer)
-        rehs += rehearse_samples(t, tokenizer, few_shot=cfg.few_shot, style=cfg.rehearse_style)
+        turns = act_turns(t, tokenizer)
+        packed = packed_act_sample(t, tokenizer, turns) if cfg.pack_act else None
+        acts += [packed] if packed is not None else act_samples(t, tokenizer, turns)
+        rehs += rehearse_samples(t, tokenizer, few_shot=cfg.few_shot, style=cfg.rehearse_style, turns=turns)
         rehs += error_rehearse_samples(t, tokenizer, share=cfg.error_demos, seed=cfg.seed, few_shot=cfg.few_shot,
                                        style=cfg.rehearse_style)[0]
     acts += tts_prompt_samples(tasks, tokenizer, cfg)

@@ -26,7 +26,7 @@ from envace.evaluation.paired import (
 )
 from envace.evaluation.world import evaluate_world
 from envace.models.loading import load_policy
-from envace.trainers.sft_samples import _act_targets
+from envace.trainers.sft_samples import act_turns
 
 
 def test_paired_t_matches_hand_computation():
@@ -121,7 +121,7 @@ class GoldEngine:
         self.eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.by_user = {next(m.content for m in t.messages if m.role == "user"): (t, t.uuid in good) for t in tasks}
         assert len(self.by_user) == len(tasks), "first user messages must identify the tasks"
-        self.targets = {t.uuid: [tg for _, _, tg in _act_targets(t, tokenizer)] for t in tasks}
+        self.targets = {t.uuid: [turn.target for turn in act_turns(t, tokenizer)] for t in tasks}
 
     def generate(self, requests):
         out = []

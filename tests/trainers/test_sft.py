@@ -3,6 +3,7 @@ same losses), batches hold one role, and training lowers the loss on both roles'
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -43,6 +44,25 @@ def test_packed_sample_holds_every_per_message_sample_at_its_position(tasks, tok
         assert {i for i, t in enumerate(packed.is_target) if t} == expected_targets
         assert len(packed.ids) == len(singles[-1].ids)  # the last message ends the conversation
     assert multi >= 12  # most shapes have several assistant messages
+
+
+def test_a_template_that_rewrites_earlier_turns_falls_back_to_per_message_samples(tasks, tok):
+    """A template that renders an assistant turn differently once later messages follow it (as Qwen3 drops
+    earlier thinking): a later prompt does not begin with the packed ids, so the task gets one sample per
+    assistant message, each with its own prompt."""
+    rewriting = copy.deepcopy(tok)
+    turn = "{{- '<|im_start|>assistant\\n' + content -}}"
+    assert turn in rewriting.chat_template
+    rewriting.chat_template = rewriting.chat_template.replace(
+        turn, "{{- '<|im_start|>assistant\\n' + ('' if loop.last else 'earlier ') + content -}}")
+    multi = [t for t in tasks if sum(m.role == "assistant" for m in t.messages) > 1]
+    assert len(multi) == len(tasks)
+    assert all(packed_act_sample(t, rewriting) is None for t in multi)
+    assert all(packed_act_sample(t, tok) is not None for t in multi)
+    acts, _ = build_samples(multi[:3], rewriting, SFTConfig(model="m", tts_prompts=0))
+    singles = [s for t in multi[:3] for s in act_samples(t, rewriting)]
+    assert [s.ids for s in acts] == [s.ids for s in singles]
+    assert any("earlier " in rewriting.decode(s.ids) for s in singles)
 
 
 def test_packed_and_per_message_losses_agree(tasks, tiny_model_dir, tok):
