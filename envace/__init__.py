@@ -9,7 +9,7 @@ Layers, bottom to top. A module imports its own layer and the layers below, neve
 
   1. records and parsers: types secrets untrusted input_budget yaml_bounds chat_tokens config toolcall
        execution_result conversation fidelity extras registry provenance
-  2. pure parts: algos worlds roles cpu_memory cpu_threads thread_shards
+  2. pure parts: algos worlds roles cpu_memory cpu_threads thread_shards side_process
   3. inputs: rewards models data
   4. services: engines store tracking
   5. episodes: rollout

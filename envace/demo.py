@@ -9,9 +9,13 @@
    with rehearsal fidelity;
 7. a small test-time-rehearsal sweep (N x parallel/sequential), paired with N = 0 and read against
    the oracle and placebo bounds of `envace tts diagnose`;
-steps 1-5 run envace.pipeline's step functions (the ones the Prefect flow and the DVC stages run);
-everything tracked in MLflow (one parent run, a child per stage) and the trajectory store, then it
-prints how to open the MLflow UI and the dashboard. `--quick` is a one-minute smoke version.
+steps 1-5 run envace.pipeline's step functions (the ones the Prefect flow and the DVC stages run).
+After SFT the two arms run side by side, one core each: EnvACE RL, its evaluation and the TTS sweep here,
+SFT's evaluation and the GRPO baseline with its evaluation in a side process (envace.side_process) started
+before SFT so that its imports overlap SFT's one-core sample building; each arm's numbers are what it
+computes alone at one torch thread. Everything is tracked in MLflow (one parent run, a child per stage)
+and the trajectory store, then it prints how to open the MLflow UI and the dashboard. `--quick` is a
+one-minute smoke version.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from envace.config import BaseConfig
+from envace.cpu_threads import cpu_jobs
+from envace.side_process import SideProcess
 from envace.tts.config import DEMO_N_GRID
 
 
@@ -97,15 +103,56 @@ def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str, store: str | N
     return res
 
 
+class RunPlace(BaseModel):
+    """Where a demo lane writes: the demo's output directory, tracking and store, and the SFT model."""
+
+    out: str
+    mlflow_uri: str
+    store: str
+    parent_run_id: str
+    sft_model: str
+
+
+# what the baseline lane imports while SFT builds its samples
+LANE_MODULES = ("envace.pipeline", "envace.trainers.embedded", "envace.evaluation.paired",
+                "envace.evaluation.eval_store", "envace.engines.factory", "envace.models.loading")
+
+
+def _rl_lane(name: str, over: dict[str, Any], number: int, cfg: DemoConfig, run: RunPlace) -> dict[str, Any]:
+    """RL from the SFT model with the demo's budget (`over`: the arm's rollout mode), then its evaluation."""
+    from envace.pipeline import run_rl
+    from envace.tracking.config import TrackingConfig
+    from envace.trainers.config import TrainConfig
+
+    _say(f"{number}/7 RL: {name} ({cfg.rl_steps} steps x {cfg.prompts_per_step} prompts x K={cfg.k})")
+    out = Path(run.out)
+    tcfg = TrainConfig.model_validate({
+        "model": run.sft_model, "out_dir": str(out / name), "steps": cfg.rl_steps,
+        "prompts_per_step": cfg.prompts_per_step, "k": cfg.k, "save_every": cfg.rl_steps, "seed": cfg.seed,
+        "optim": {"lr": cfg.lr}, "data": {"n_tasks": 2000, "seed": cfg.seed + 1},
+        "tracking": TrackingConfig(mlflow_uri=run.mlflow_uri, store_url=run.store, experiment="envace-demo",
+                                   parent_run_id=run.parent_run_id).model_dump(), **over})
+    res = run_rl(tcfg)
+    return {name: {"wall_s": res["wall_s"], "steps": res["last_step"], "final_reward": res["reward/mean"]},
+            f"eval_{name}": _eval(Path(res["checkpoint"]) / "policy", cfg, out, name, run.store)}
+
+
+def baseline_lane(cfg: DemoConfig, run: RunPlace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The lane beside EnvACE's: SFT's evaluation, then standard GRPO in the real environment and its
+    evaluation. Returns the summary entries and the per-task scores (for the paired deltas)."""
+    part = {"eval_sft": _eval(Path(run.sft_model), cfg, Path(run.out), "sft", run.store)}
+    part.update(_rl_lane("grpo_env", {"rollout": {"mode": "env"}}, 5, cfg, run))
+    return part, {name: _SCORES[name] for name in ("sft", "grpo_env")}
+
+
 def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = None) -> dict[str, Any]:
     from envace.data.config import DataConfig
     from envace.models.tiny import TinyModelConfig
-    from envace.pipeline import Layout, build_data, build_model, run_rl, run_sft
+    from envace.pipeline import Layout, build_data, build_model, run_sft
     from envace.provenance.dvc_hash import input_hashes
-    from envace.tracking.config import TrackingConfig
     from envace.tracking.locations import Kind, locations
     from envace.tracking.run_record import tracked_run
-    from envace.trainers.config import SFTConfig, TrainConfig
+    from envace.trainers.config import SFTConfig
 
     cfg = cfg or (quick_config(str(out_dir)) if quick else DemoConfig(out=str(out_dir)))
     out = Path(cfg.out)
@@ -122,31 +169,34 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
         parent.set_tags({f"data.{k}": v for k, v in hashes.items()})
         _say("2/7 tiny model: tokenizer + Qwen3-architecture model")
         model_dir = build_model(layout.model, cfg.corpus_tasks, TinyModelConfig(seed=cfg.seed))
-        _say(f"3/7 SFT cold start ({cfg.sft_steps or cfg.sft_budget_s} {'steps' if cfg.sft_steps else 's'})")
-        # the demo's SFT and RL read generated tasks (DataConfig seeds), not the exported files
-        summary["sft"] = run_sft(SFTConfig(model=str(model_dir), out_dir=str(layout.sft), steps=cfg.sft_steps,
-                                           time_budget_s=cfg.sft_budget_s, seed=cfg.seed,
-                                           length_groups=cfg.sft_length_groups,
-                                           data=DataConfig(n_tasks=cfg.sft_tasks, seed=cfg.seed)))
-        sft_model = layout.sft_model
-        summary["eval_sft"] = _eval(sft_model, cfg, out, "sft", store)
-        methods = {"envace": {"rollout": {"mode": "rehearse"}}}
-        if cfg.baseline:
-            methods["grpo_env"] = {"rollout": {"mode": "env"}}
-        for i, (name, over) in enumerate(methods.items()):
-            _say(f"{4 + i}/7 RL: {name} ({cfg.rl_steps} steps x {cfg.prompts_per_step} prompts x K={cfg.k})")
-            tcfg = TrainConfig.model_validate({
-                "model": str(sft_model), "out_dir": str(out / name), "steps": cfg.rl_steps,
-                "prompts_per_step": cfg.prompts_per_step, "k": cfg.k, "save_every": cfg.rl_steps, "seed": cfg.seed,
-                "optim": {"lr": cfg.lr}, "data": {"n_tasks": 2000, "seed": cfg.seed + 1},
-                "tracking": TrackingConfig(mlflow_uri=mlflow_uri, store_url=store, experiment="envace-demo",
-                                           parent_run_id=parent.run_id).model_dump(), **over})
-            res = run_rl(tcfg)
-            summary[name] = {"wall_s": res["wall_s"], "steps": res["last_step"], "final_reward": res["reward/mean"]}
-            summary[f"eval_{name}"] = _eval(Path(res["checkpoint"]) / "policy", cfg, out, name, store)
+        # the baseline lane's process starts now: its imports overlap SFT's one-core sample building
+        side = SideProcess(jobs=2, modules=LANE_MODULES) if cfg.baseline else None
+        try:
+            _say(f"3/7 SFT cold start ({cfg.sft_steps or cfg.sft_budget_s} {'steps' if cfg.sft_steps else 's'})")
+            # the demo's SFT and RL read generated tasks (DataConfig seeds), not the exported files
+            summary["sft"] = run_sft(SFTConfig(model=str(model_dir), out_dir=str(layout.sft), steps=cfg.sft_steps,
+                                               time_budget_s=cfg.sft_budget_s, seed=cfg.seed,
+                                               length_groups=cfg.sft_length_groups,
+                                               data=DataConfig(n_tasks=cfg.sft_tasks, seed=cfg.seed)))
+            run = RunPlace(out=str(out), mlflow_uri=mlflow_uri, store=store, parent_run_id=parent.run_id,
+                           sft_model=str(layout.sft_model))
+            with cpu_jobs(2 if side else None):  # two lanes side by side: one core each
+                if side:
+                    side.submit(baseline_lane, cfg, run)  # SFT's evaluation, then GRPO in the real environment
+                else:
+                    summary["eval_sft"] = _eval(layout.sft_model, cfg, out, "sft", store)
+                summary.update(_rl_lane("envace", {"rollout": {"mode": "rehearse"}}, 4, cfg, run))
+                _say("6/7 test-time rehearsal sweep")
+                tts = _tts_sweep(out / "envace" / "checkpoints", cfg)
+                if side:
+                    part, scores = side.result()
+                    summary.update(part)
+                    _SCORES.update(scores)
+        finally:
+            if side:
+                side.close()
+        for name in ("envace", "grpo_env") if cfg.baseline else ("envace",):
             summary[f"delta_{name}"] = _paired_delta(name)
-        _say("6/7 test-time rehearsal sweep")
-        tts = _tts_sweep(out / "envace" / "checkpoints", cfg)
         summary["tts"], summary["tts_bounds"], summary["tts_reading"] = tts["rows"], tts["bounds"], tts["reading"]
         _say("7/7 logging results")
         table = _table(summary)
