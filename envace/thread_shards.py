@@ -127,6 +127,16 @@ def add_grads(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | Non
             p.grad = g if p.grad is None else p.grad + g
 
 
+def sum_shard_grads(shard_grads: Sequence[Sequence[torch.Tensor | None]], i: int) -> torch.Tensor | None:
+    """Parameter i's gradient summed over the shards in shard order, as `add_grads` onto a None `.grad`."""
+    total = None
+    for grads in shard_grads:
+        g = grads[i]
+        if g is not None:
+            total = g if total is None else total + g
+    return total
+
+
 class ShardRunner:
     """Runs shards in `n_threads` Python threads (a pool kept for the run).
 
@@ -170,3 +180,53 @@ class ShardRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class ShardedOptimizer:
+    """The optimizer step of a sharded batch, run in the shard threads too: the parameters cut into one part
+    per thread (similar sizes, `balanced_shards`), each part with its own optimizer. `step(shard_grads,
+    max_norm)` sums each part's gradients over the shards (shard order) and takes their norms in the part's
+    thread, scales every gradient by the global clip coefficient, then steps each part's optimizer in its
+    thread. For an optimizer whose update is per parameter (AdamW, Adam, SGD) this is, bit for bit,
+    `add_grads` per shard + `torch.nn.utils.clip_grad_norm_` + one optimizer over all parameters
+    (tests/trainers/test_thread_shards.py), with the serial part of a step cut to one norm of the per-tensor
+    norms. `param_groups`: every part's groups (the caller sets their learning rate)."""
+
+    def __init__(self, params: Sequence[torch.Tensor], runner: ShardRunner,
+                 make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer]) -> None:
+        self.params = list(params)
+        self.runner = runner
+        self.parts = balanced_shards([p.numel() for p in self.params], runner.n_threads)
+        self.optimizers = [make_optimizer([self.params[i] for i in part]) for part in self.parts]
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [g for opt in self.optimizers for g in opt.param_groups]
+
+    def step(self, shard_grads: Sequence[Sequence[torch.Tensor | None]], max_norm: float) -> torch.Tensor:
+        """Set `.grad` to the shards' sum, clip to `max_norm` by the global 2-norm, step; returns the norm
+        before clipping."""
+        def gather(part: list[int]) -> dict[int, torch.Tensor]:
+            norms = {}
+            for i in part:
+                self.params[i].grad = g = sum_shard_grads(shard_grads, i)
+                if g is not None:
+                    norms[i] = torch.linalg.vector_norm(g, 2.0)
+            return norms
+
+        norms: dict[int, torch.Tensor] = {}
+        for part_norms in self.runner.map(gather, self.parts):
+            norms.update(part_norms)
+        if not norms:
+            return torch.tensor(0.0)
+        total = torch.linalg.vector_norm(torch.stack([norms[i] for i in sorted(norms)]), 2.0)
+        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+
+        def update(k: int) -> None:
+            for i in self.parts[k]:
+                if self.params[i].grad is not None:
+                    self.params[i].grad.mul_(coef)
+            self.optimizers[k].step()
+
+        self.runner.map(update, range(len(self.parts)))
+        return total

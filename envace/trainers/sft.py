@@ -30,7 +30,14 @@ from envace.cpu_threads import apply_thread_policy
 from envace.data.tasks import load_tasks
 from envace.engines.logprobs import layer_count
 from envace.models.loading import load_policy, pick_device, save_model
-from envace.thread_shards import ShardRunner, add_grads, balanced_shards, one_torch_thread, prefix_shards
+from envace.thread_shards import (
+    ShardedOptimizer,
+    ShardRunner,
+    add_grads,
+    balanced_shards,
+    one_torch_thread,
+    prefix_shards,
+)
 from envace.trainers.config import SFTConfig
 from envace.trainers.packing import shared_prefix_packs
 from envace.trainers.prefix_passes import prefix_pass
@@ -113,12 +120,13 @@ def loss_tokens(sample: Sample) -> int:
     return sum(sample.is_target[1:])
 
 
-def sharded_batch_grads(model, batch: list[Sample], pad_id: int, share_prefix: bool, runner: ShardRunner,
-                        prefix_groups: bool = True) -> tuple[torch.Tensor, list[float]]:
-    """`batch_loss` + backward with the batch cut into `runner.n_threads` shards of similar work (with
+def shard_grads(model, batch: list[Sample], pad_id: int, share_prefix: bool, runner: ShardRunner,
+                prefix_groups: bool = True) -> tuple[torch.Tensor, list[float], list[tuple]]:
+    """`batch_loss` + its gradients with the batch cut into `runner.n_threads` shards of similar work (with
     `share_prefix` and `prefix_groups`, sequences that share a prefix in one shard: `prefix_shards`), each in
-    its own thread; sets the parameters' `.grad` to the batch's gradient (each shard's token-mean loss
-    weighted by its share of the batch's loss tokens). Returns the batch loss and each sample's own mean."""
+    its own thread, each shard's token-mean loss weighted by its share of the batch's loss tokens. Returns
+    the batch loss, each sample's own mean, and each shard's gradients w.r.t. the trainable parameters (in
+    shard order; nothing is written to `.grad`)."""
     total = max(sum(loss_tokens(s) for s in batch), 1)
     row_loss = [0.0] * len(batch)
 
@@ -135,11 +143,20 @@ def sharded_batch_grads(model, batch: list[Sample], pad_id: int, share_prefix: b
         parts = balanced_shards([len(s.ids) for s in batch], runner.n_threads)
     params = [p for p in model.parameters() if p.requires_grad]
     results = runner.grads(params, [functools.partial(shard_loss, idx) for idx in parts])
-    model.zero_grad(set_to_none=True)
-    for _, grads in results:  # in shard order
-        add_grads(params, grads)
     losses = [loss for loss, _ in results]
-    return sum(losses[1:], losses[0]), row_loss
+    return sum(losses[1:], losses[0]), row_loss, [grads for _, grads in results]
+
+
+def sharded_batch_grads(model, batch: list[Sample], pad_id: int, share_prefix: bool, runner: ShardRunner,
+                        prefix_groups: bool = True) -> tuple[torch.Tensor, list[float]]:
+    """`shard_grads` with the parameters' `.grad` set to the batch's gradient (the shards' sum in shard
+    order). Returns the batch loss and each sample's own mean."""
+    loss, row_loss, grads = shard_grads(model, batch, pad_id, share_prefix, runner, prefix_groups)
+    model.zero_grad(set_to_none=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for shard in grads:  # in shard order
+        add_grads(params, shard)
+    return loss, row_loss
 
 
 def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
@@ -163,7 +180,6 @@ def sft(cfg: SFTConfig) -> dict:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg.save_resolved(out)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     draw = BatchDrawer(acts, rehs, cfg, rng)
     t0 = time.perf_counter()
     losses: dict[str, list[float]] = {"act": [], "rehearse": []}
@@ -174,6 +190,10 @@ def sft(cfg: SFTConfig) -> dict:
         runner = stack.enter_context(ShardRunner(n_shards)) if n_shards > 1 else None
         if runner is not None:
             stack.enter_context(one_torch_thread())
+        params = [p for p in model.parameters() if p.requires_grad]
+        adamw = functools.partial(torch.optim.AdamW, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        # with shards the optimizer step runs in the shard threads too (the same update bit for bit)
+        opt = adamw(params) if runner is None else ShardedOptimizer(params, runner, adamw)
         step = _sft_loop(cfg, model, tok, opt, draw, losses, t0, runner)
     save_model(model, tok, out / "model")  # quiet, umask file modes
     tail = lambda xs: sum(xs[-200:]) / max(1, len(xs[-200:]))  # noqa: E731
@@ -209,11 +229,12 @@ def _sft_loop(cfg: SFTConfig, model, tok, opt, draw: BatchDrawer, losses: dict[s
             loss, row_loss = batch_loss(model, batch, tok.pad_token_id, cfg.share_prefix, cfg.prefix_groups)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
         else:
-            loss, row_loss = sharded_batch_grads(model, batch, tok.pad_token_id, cfg.share_prefix, runner,
-                                                 cfg.prefix_groups)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+            loss, row_loss, grads = shard_grads(model, batch, tok.pad_token_id, cfg.share_prefix, runner,
+                                                cfg.prefix_groups)
+            opt.step(grads, 1.0)
         for s, row_l in zip(batch, row_loss):
             losses[s.role.value].append(row_l)
         step += 1

@@ -1,6 +1,7 @@
 """SFT steps in thread shards: the shards' summed gradients are the batch's gradient (float64, against the
 one-pass step), the shards balance by length, and an SFT run with two shards trains the model the
-one-pass run trains, step for step up to float rounding."""
+one-pass run trains, step for step up to float rounding; the optimizer step in the shard threads is the
+plain one bit for bit."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import torch
 
 from envace.data.config import DataConfig
 from envace.models.loading import load_policy
-from envace.thread_shards import ShardRunner, add_grads, balanced_shards, one_torch_thread
+from envace.thread_shards import ShardedOptimizer, ShardRunner, add_grads, balanced_shards, one_torch_thread
 from envace.trainers import sft as sft_module
 from envace.trainers.config import SFTConfig
-from envace.trainers.sft import batch_loss, loss_tokens, sft, sharded_batch_grads
+from envace.trainers.sft import batch_loss, loss_tokens, sft, shard_grads, sharded_batch_grads
 from envace.trainers.sft_samples import build_samples
 from envace.worlds.generator import generate_tasks
 
@@ -82,6 +83,35 @@ def test_runner_grads_come_back_in_closure_order_and_untouched_params_get_none()
         ShardRunner(1)
 
 
+@pytest.mark.parametrize("max_norm", [1e-3, 1e6])  # clipped, and not
+def test_the_optimizer_step_in_the_shard_threads_is_the_plain_step_bit_for_bit(samples, tiny_model_dir, max_norm):
+    """Three steps from the same shard gradients: ShardedOptimizer (each part summed, normed, scaled and
+    stepped in its thread) against add_grads + clip_grad_norm_ + one AdamW over all parameters."""
+    (acts, _), tok = samples
+    plain_model, split_model = load_policy(tiny_model_dir)[0], load_policy(tiny_model_dir)[0]
+    adamw = lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1)  # noqa: E731
+    plain_params, split_params = list(plain_model.parameters()), list(split_model.parameters())
+    plain = adamw(plain_params)
+    with ShardRunner(2) as runner, one_torch_thread():
+        split = ShardedOptimizer(split_params, runner, adamw)
+        assert len(split.parts) == 2
+        assert sorted(i for part in split.parts for i in part) == list(range(len(split_params)))
+        assert len(split.param_groups) == 2
+        for step in range(3):
+            _, _, grads = shard_grads(plain_model, acts[4 * step: 4 * step + 6], tok.pad_token_id, True, runner)
+            plain.zero_grad(set_to_none=True)
+            for shard in grads:
+                add_grads(plain_params, [g.clone() for g in shard])
+            want_norm = torch.nn.utils.clip_grad_norm_(plain_params, max_norm)
+            plain.step()
+            norm = split.step([[g.clone() for g in shard] for shard in grads], max_norm)
+            assert torch.equal(norm, want_norm)
+            for i, (p, q) in enumerate(zip(plain_params, split_params)):
+                assert torch.equal(p, q), (step, i)
+    moved = max(float((p - q).abs().max()) for p, q in zip(load_policy(tiny_model_dir)[0].parameters(), split_params))
+    assert moved > 1e-4
+
+
 def test_one_torch_thread_restores_the_setting():
     before = torch.get_num_threads()
     with one_torch_thread():
@@ -96,8 +126,8 @@ def test_sft_with_two_shards_trains_what_the_one_pass_sft_trains(tiny_model_dir,
                   threads=1, data=DataConfig(n_tasks=30, seed=0))
     one = sft(SFTConfig(out_dir=str(tmp_path / "one"), shards=1, **common))
     calls = []
-    real = sft_module.sharded_batch_grads
-    monkeypatch.setattr(sft_module, "sharded_batch_grads", lambda *a: calls.append(1) or real(*a))
+    real = sft_module.shard_grads
+    monkeypatch.setattr(sft_module, "shard_grads", lambda *a: calls.append(1) or real(*a))
     two = sft(SFTConfig(out_dir=str(tmp_path / "two"), shards=2, **common))
     assert len(calls) == 6 and one["shards"] == 1 and two["shards"] == 2
     assert json.loads((tmp_path / "two" / "sft_summary.json").read_text())["shards"] == 2
