@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from envace.config import BaseConfig
-from envace.cpu_threads import cpu_jobs
+from envace.cpu_threads import cpu_jobs, usable_cpus
 from envace.side_process import SideProcess
 from envace.tts.config import DEMO_N_GRID
 
@@ -53,6 +53,9 @@ class DemoConfig(BaseConfig):
     tts_n: list[int] = Field(default_factory=lambda: list(DEMO_N_GRID), description="Private rehearsal counts in "
                              "the TTS sweep (0 = the plain run).")
     baseline: bool = Field(True, description="Also train standard GRPO in the real environment.")
+    side_by_side: bool = Field(True, description="After SFT, run the GRPO baseline's lane (SFT's evaluation, GRPO, "
+                               "its evaluation) in a side process beside EnvACE's, one core each, where this "
+                               "process may use two CPUs or more; otherwise one after the other.")
 
 
 def quick_config(out: str) -> DemoConfig:
@@ -170,7 +173,8 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
         _say("2/7 tiny model: tokenizer + Qwen3-architecture model")
         model_dir = build_model(layout.model, cfg.corpus_tasks, TinyModelConfig(seed=cfg.seed))
         # the baseline lane's process starts now: its imports overlap SFT's one-core sample building
-        side = SideProcess(jobs=2, modules=LANE_MODULES) if cfg.baseline else None
+        lanes = cfg.baseline and cfg.side_by_side and usable_cpus() >= 2
+        side = SideProcess(jobs=2, modules=LANE_MODULES) if lanes else None
         try:
             _say(f"3/7 SFT cold start ({cfg.sft_steps or cfg.sft_budget_s} {'steps' if cfg.sft_steps else 's'})")
             # the demo's SFT and RL read generated tasks (DataConfig seeds), not the exported files
@@ -182,7 +186,9 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
                            sft_model=str(layout.sft_model))
             with cpu_jobs(2 if side else None):  # two lanes side by side: one core each
                 if side:
-                    side.submit(baseline_lane, cfg, run)  # SFT's evaluation, then GRPO in the real environment
+                    side.submit(baseline_lane, cfg, run)
+                elif cfg.baseline:
+                    summary.update(baseline_lane(cfg, run)[0])
                 else:
                     summary["eval_sft"] = _eval(layout.sft_model, cfg, out, "sft", store)
                 summary.update(_rl_lane("envace", {"rollout": {"mode": "rehearse"}}, 4, cfg, run))

@@ -59,3 +59,20 @@ def test_quick_demo_runs_every_stage(tmp_path):
     parents = [r for r in runs if r.info.run_name == "demo"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
     assert len(parents) == 1 and len(children) == 2
+
+
+@pytest.mark.timeout(1800)
+def test_quick_demo_one_arm_after_the_other(tmp_path):
+    """`side_by_side=False` (and any machine with one usable CPU): no side process; the baseline's lane runs
+    first in the demo's own process, then EnvACE's, and the summary holds every stage's results."""
+    out = tmp_path / "demo"
+    code = ("import sys; from envace.demo import quick_config, run_demo; "
+            "cfg = quick_config(sys.argv[1]).model_copy(update={'side_by_side': False}); run_demo(sys.argv[1], cfg=cfg)")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLFLOW_ENABLE_TELEMETRY": "false"}
+    done = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
+                          timeout=1700)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stages = ["3/7", "5/7 RL: grpo_env", "4/7 RL: envace", "6/7", "7/7"]
+    assert [done.stdout.index(s) for s in stages] == sorted(done.stdout.index(s) for s in stages)
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"eval_sft", "eval_envace", "eval_grpo_env", "delta_envace", "delta_grpo_env", "tts"} <= set(summary)
