@@ -20,6 +20,7 @@ one-minute smoke version.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -116,9 +117,25 @@ class RunPlace(BaseModel):
     sft_model: str
 
 
-# what the baseline lane imports while SFT builds its samples
-LANE_MODULES = ("envace.pipeline", "envace.trainers.embedded", "envace.evaluation.paired",
-                "envace.evaluation.eval_store", "envace.engines.factory", "envace.models.loading")
+# what the side process imports while steps 1-2 run: what its share of SFT's samples needs (the baseline
+# lane's own imports come later, inside the lane, which has time to spare beside EnvACE's)
+SIDE_MODULES = ("envace.trainers.sft_samples", "transformers")
+
+
+def _task_samples_in_two(side: SideProcess):
+    """SFT's per-task samples built in two halves at once, the second in the side process (with a pickled copy
+    of the same tokenizer); concatenated in task order they are the samples one process builds
+    (`task_samples`)."""
+    from envace.trainers.sft_samples import task_samples
+
+    def build(tasks: list, tokenizer: Any, cfg: Any) -> tuple[list, list]:
+        half = len(tasks) // 2
+        side.submit(task_samples, tasks[half:], tokenizer, cfg)
+        acts, rehs = task_samples(tasks[:half], tokenizer, cfg)
+        more_acts, more_rehs = side.result()
+        return acts + more_acts, rehs + more_rehs
+
+    return build
 
 
 def _rl_lane(name: str, over: dict[str, Any], number: int, cfg: DemoConfig, run: RunPlace) -> dict[str, Any]:
@@ -148,59 +165,65 @@ def baseline_lane(cfg: DemoConfig, run: RunPlace) -> tuple[dict[str, Any], dict[
     return part, {name: _SCORES[name] for name in ("sft", "grpo_env")}
 
 
-def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = None) -> dict[str, Any]:
+def _stages(cfg: DemoConfig, quick: bool, run: RunPlace, parent: Any, side: SideProcess | None,
+            summary: dict[str, Any]) -> dict[str, Any]:
+    """Steps 1-6 into `summary` (the TTS sweep returned); with `side`, SFT's samples are built in two
+    halves and the baseline's lane runs in the side process beside EnvACE's."""
     from envace.data.config import DataConfig
     from envace.models.tiny import TinyModelConfig
     from envace.pipeline import Layout, build_data, build_model, run_sft
     from envace.provenance.dvc_hash import input_hashes
+    from envace.trainers.config import SFTConfig
+
+    out = Path(run.out)
+    layout = Layout.under(out)  # data, model and SFT model where the pipeline flow puts them
+    _say("1/7 tool world: exporting splits")
+    build_data(layout.data, {"train": 200 if quick else 2000, "val": 50, "test": cfg.eval_tasks}, cfg.seed)
+    parent.set_tags({f"data.{k}": v for k, v in input_hashes([layout.data]).items()})
+    _say("2/7 tiny model: tokenizer + Qwen3-architecture model")
+    model_dir = build_model(layout.model, cfg.corpus_tasks, TinyModelConfig(seed=cfg.seed))
+    _say(f"3/7 SFT cold start ({cfg.sft_steps or cfg.sft_budget_s} {'steps' if cfg.sft_steps else 's'})")
+    # the demo's SFT and RL read generated tasks (DataConfig seeds), not the exported files
+    summary["sft"] = run_sft(SFTConfig(model=str(model_dir), out_dir=str(layout.sft), steps=cfg.sft_steps,
+                                       time_budget_s=cfg.sft_budget_s, seed=cfg.seed,
+                                       length_groups=cfg.sft_length_groups,
+                                       data=DataConfig(n_tasks=cfg.sft_tasks, seed=cfg.seed)),
+                             _task_samples_in_two(side) if side else None)
+    run = run.model_copy(update={"sft_model": str(layout.sft_model)})
+    with cpu_jobs(2 if side else None):  # two lanes side by side: one core each
+        if side:
+            side.submit(baseline_lane, cfg, run)
+        elif cfg.baseline:
+            summary.update(baseline_lane(cfg, run)[0])
+        else:
+            summary["eval_sft"] = _eval(layout.sft_model, cfg, out, "sft", run.store)
+        summary.update(_rl_lane("envace", {"rollout": {"mode": "rehearse"}}, 4, cfg, run))
+        _say("6/7 test-time rehearsal sweep")
+        tts = _tts_sweep(out / "envace" / "checkpoints", cfg)
+        if side:
+            part, scores = side.result()
+            summary.update(part)
+            _SCORES.update(scores)
+    return tts
+
+
+def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = None) -> dict[str, Any]:
     from envace.tracking.locations import Kind, locations
     from envace.tracking.run_record import tracked_run
-    from envace.trainers.config import SFTConfig
 
     cfg = cfg or (quick_config(str(out_dir)) if quick else DemoConfig(out=str(out_dir)))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    layout = Layout.under(out)  # data, model and SFT model where the pipeline flow puts them
     loc = locations(out, Kind.DEMO)  # mlflow.db and store.db beside the results (envace.tracking.locations)
     mlflow_uri, store = loc.mlflow_uri, loc.store_url
     t_start = time.perf_counter()
     summary: dict[str, Any] = {}
     with tracked_run(mlflow_uri, "envace-demo", "demo", cfg, kind="demo") as parent:
-        _say("1/7 tool world: exporting splits")
-        build_data(layout.data, {"train": 200 if quick else 2000, "val": 50, "test": cfg.eval_tasks}, cfg.seed)
-        hashes = input_hashes([layout.data])
-        parent.set_tags({f"data.{k}": v for k, v in hashes.items()})
-        _say("2/7 tiny model: tokenizer + Qwen3-architecture model")
-        model_dir = build_model(layout.model, cfg.corpus_tasks, TinyModelConfig(seed=cfg.seed))
-        # the baseline lane's process starts now: its imports overlap SFT's one-core sample building
         lanes = cfg.baseline and cfg.side_by_side and usable_cpus() >= 2
-        side = SideProcess(jobs=2, modules=LANE_MODULES) if lanes else None
-        try:
-            _say(f"3/7 SFT cold start ({cfg.sft_steps or cfg.sft_budget_s} {'steps' if cfg.sft_steps else 's'})")
-            # the demo's SFT and RL read generated tasks (DataConfig seeds), not the exported files
-            summary["sft"] = run_sft(SFTConfig(model=str(model_dir), out_dir=str(layout.sft), steps=cfg.sft_steps,
-                                               time_budget_s=cfg.sft_budget_s, seed=cfg.seed,
-                                               length_groups=cfg.sft_length_groups,
-                                               data=DataConfig(n_tasks=cfg.sft_tasks, seed=cfg.seed)))
-            run = RunPlace(out=str(out), mlflow_uri=mlflow_uri, store=store, parent_run_id=parent.run_id,
-                           sft_model=str(layout.sft_model))
-            with cpu_jobs(2 if side else None):  # two lanes side by side: one core each
-                if side:
-                    side.submit(baseline_lane, cfg, run)
-                elif cfg.baseline:
-                    summary.update(baseline_lane(cfg, run)[0])
-                else:
-                    summary["eval_sft"] = _eval(layout.sft_model, cfg, out, "sft", store)
-                summary.update(_rl_lane("envace", {"rollout": {"mode": "rehearse"}}, 4, cfg, run))
-                _say("6/7 test-time rehearsal sweep")
-                tts = _tts_sweep(out / "envace" / "checkpoints", cfg)
-                if side:
-                    part, scores = side.result()
-                    summary.update(part)
-                    _SCORES.update(scores)
-        finally:
-            if side:
-                side.close()
+        # the side process starts first: its imports overlap steps 1-2, which run on one core
+        with SideProcess(jobs=2, modules=SIDE_MODULES) if lanes else contextlib.nullcontext() as side:
+            tts = _stages(cfg, quick, RunPlace(out=str(out), mlflow_uri=mlflow_uri, store=store,
+                                               parent_run_id=parent.run_id, sft_model=""), parent, side, summary)
         for name in ("envace", "grpo_env") if cfg.baseline else ("envace",):
             summary[f"delta_{name}"] = _paired_delta(name)
         summary["tts"], summary["tts_bounds"], summary["tts_reading"] = tts["rows"], tts["bounds"], tts["reading"]

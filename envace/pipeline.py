@@ -98,12 +98,13 @@ def sft_config(layout: Layout, overrides: list[str]) -> Any:
                        model=str(layout.model), out_dir=str(layout.sft))
 
 
-def run_sft(cfg: Any) -> dict[str, Any]:
-    """Train `<out_dir>/model`; returns the SFT summary plus its wall time."""
+def run_sft(cfg: Any, per_task: Any = None) -> dict[str, Any]:
+    """Train `<out_dir>/model`; returns the SFT summary plus its wall time (`per_task`: see
+    envace.trainers.sft.sft)."""
     from envace.trainers.sft import sft
 
     t0 = time.perf_counter()
-    return {**sft(cfg), "wall_s": time.perf_counter() - t0}
+    return {**sft(cfg, per_task), "wall_s": time.perf_counter() - t0}
 
 
 def rl_config(layout: Layout, config: str | Path | None, overrides: list[str],

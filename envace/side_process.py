@@ -68,7 +68,7 @@ class SideProcess:
             raise RuntimeError("no job was submitted to the side process")
         try:
             status, value = self._conn.recv()
-        except EOFError:
+        except (EOFError, ConnectionError):
             self._proc.join(5)
             raise RuntimeError(f"the side process ended (exit code {self._proc.exitcode}) without an answer") from None
         finally:

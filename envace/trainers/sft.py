@@ -41,7 +41,7 @@ from envace.thread_shards import (
 from envace.trainers.config import SFTConfig
 from envace.trainers.packing import shared_prefix_packs
 from envace.trainers.prefix_passes import prefix_pass
-from envace.trainers.sft_samples import Sample, build_samples
+from envace.trainers.sft_samples import Sample, TaskSamples, build_samples
 from envace.types import Role
 
 
@@ -166,15 +166,16 @@ def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def sft(cfg: SFTConfig) -> dict:
-    """Train and save `<out_dir>/model`. Returns a summary (steps, samples, final losses, wall time)."""
+def sft(cfg: SFTConfig, per_task: TaskSamples | None = None) -> dict:
+    """Train and save `<out_dir>/model`. Returns a summary (steps, samples, final losses, wall time).
+    `per_task`: builds the tasks' samples in place of `task_samples` (the same samples, another way)."""
     plan = apply_thread_policy(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     device = torch.device(cfg.device) if cfg.device else pick_device()
     tasks = load_tasks(cfg.data)  # before the model: a bad data file fails in a second, not after a load
     model, tok = load_policy(cfg.model, device=device)
-    acts, rehs = build_samples(tasks, tok, cfg)
+    acts, rehs = build_samples(tasks, tok, cfg, per_task)
     if not acts and not rehs:
         raise ValueError(f"no SFT samples fit max_len={cfg.max_len}; raise max_len or check the data")
     out = Path(cfg.out_dir)

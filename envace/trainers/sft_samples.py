@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from envace.chat_tokens import encode_target
 from envace.roles.act import act_prompt
@@ -177,7 +179,22 @@ def error_rehearse_samples(task: Task, tokenizer, *, share: float, seed: int, fe
     return out, n_errors
 
 
-def build_samples(tasks: list[Task], tokenizer, cfg: SFTConfig) -> tuple[list[Sample], list[Sample]]:
+TaskSamples = Callable[[list[Task], Any, SFTConfig], tuple[list[Sample], list[Sample]]]
+
+
+def build_samples(tasks: list[Task], tokenizer, cfg: SFTConfig,
+                  per_task: TaskSamples | None = None) -> tuple[list[Sample], list[Sample]]:
+    """The Act and Rehearse samples of `tasks` (those that fit `max_len`): `task_samples`, or `per_task`
+    when given (the same samples built another way, e.g. in two processes), then the TTS prompt rows."""
+    acts, rehs = (per_task or task_samples)(tasks, tokenizer, cfg)
+    acts += tts_prompt_samples(tasks, tokenizer, cfg)
+    keep = lambda s: len(s.ids) <= cfg.max_len  # noqa: E731
+    return [s for s in acts if keep(s)], [s for s in rehs if keep(s)]
+
+
+def task_samples(tasks: list[Task], tokenizer, cfg: SFTConfig) -> tuple[list[Sample], list[Sample]]:
+    """Each task's own samples, in task order (a task's samples depend on it alone, so any cut of `tasks`
+    into runs built apart and concatenated gives the same lists)."""
     acts, rehs = [], []
     for t in tasks:
         turns = act_turns(t, tokenizer)
@@ -186,9 +203,7 @@ def build_samples(tasks: list[Task], tokenizer, cfg: SFTConfig) -> tuple[list[Sa
         rehs += rehearse_samples(t, tokenizer, few_shot=cfg.few_shot, style=cfg.rehearse_style, turns=turns)
         rehs += error_rehearse_samples(t, tokenizer, share=cfg.error_demos, seed=cfg.seed, few_shot=cfg.few_shot,
                                        style=cfg.rehearse_style)[0]
-    acts += tts_prompt_samples(tasks, tokenizer, cfg)
-    keep = lambda s: len(s.ids) <= cfg.max_len  # noqa: E731
-    return [s for s in acts if keep(s)], [s for s in rehs if keep(s)]
+    return acts, rehs
 
 
 def tts_prompt_samples(tasks: list[Task], tokenizer, cfg: SFTConfig) -> list[Sample]:

@@ -67,7 +67,8 @@ def test_quick_demo_one_arm_after_the_other(tmp_path):
     first in the demo's own process, then EnvACE's, and the summary holds every stage's results."""
     out = tmp_path / "demo"
     code = ("import sys; from envace.demo import quick_config, run_demo; "
-            "cfg = quick_config(sys.argv[1]).model_copy(update={'side_by_side': False}); run_demo(sys.argv[1], cfg=cfg)")
+            "cfg = quick_config(sys.argv[1]).model_copy(update={'side_by_side': False}); "
+            "run_demo(sys.argv[1], cfg=cfg)")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLFLOW_ENABLE_TELEMETRY": "false"}
     done = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
                           timeout=1700)
