@@ -12,8 +12,8 @@
 steps 1-5 run envace.pipeline's step functions (the ones the Prefect flow and the DVC stages run).
 After SFT the two arms run side by side, one core each: EnvACE RL, its evaluation and the TTS sweep here,
 SFT's evaluation and the GRPO baseline with its evaluation in a side process (envace.side_process) started
-before SFT so that its imports overlap SFT's one-core sample building; each arm's numbers are what it
-computes alone at one torch thread. Everything is tracked in MLflow (one parent run, a child per stage)
+before step 1 (its imports overlap steps 1-2) that also builds half of SFT's samples; each arm's numbers are
+what it computes alone at one torch thread. Everything is tracked in MLflow (one parent run, a child per stage)
 and the trajectory store, then it prints how to open the MLflow UI and the dashboard. `--quick` is a
 one-minute smoke version.
 """
@@ -108,13 +108,19 @@ def _eval(model_dir: Path, cfg: DemoConfig, out: Path, name: str, store: str | N
 
 
 class RunPlace(BaseModel):
-    """Where a demo lane writes: the demo's output directory, tracking and store, and the SFT model."""
+    """Where a demo lane writes: the demo's output directory (its SFT model where the pipeline puts it),
+    tracking and store."""
 
     out: str
     mlflow_uri: str
     store: str
     parent_run_id: str
-    sft_model: str
+
+    @property
+    def sft_model(self) -> str:
+        from envace.pipeline import Layout
+
+        return str(Layout.under(Path(self.out)).sft_model)
 
 
 # what the side process imports while steps 1-2 run: what its share of SFT's samples needs (the baseline
@@ -189,14 +195,13 @@ def _stages(cfg: DemoConfig, quick: bool, run: RunPlace, parent: Any, side: Side
                                        length_groups=cfg.sft_length_groups,
                                        data=DataConfig(n_tasks=cfg.sft_tasks, seed=cfg.seed)),
                              _task_samples_in_two(side) if side else None)
-    run = run.model_copy(update={"sft_model": str(layout.sft_model)})
     with cpu_jobs(2 if side else None):  # two lanes side by side: one core each
         if side:
             side.submit(baseline_lane, cfg, run)
         elif cfg.baseline:
             summary.update(baseline_lane(cfg, run)[0])
         else:
-            summary["eval_sft"] = _eval(layout.sft_model, cfg, out, "sft", run.store)
+            summary["eval_sft"] = _eval(Path(run.sft_model), cfg, out, "sft", run.store)
         summary.update(_rl_lane("envace", {"rollout": {"mode": "rehearse"}}, 4, cfg, run))
         _say("6/7 test-time rehearsal sweep")
         tts = _tts_sweep(out / "envace" / "checkpoints", cfg)
@@ -222,8 +227,8 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
         lanes = cfg.baseline and cfg.side_by_side and usable_cpus() >= 2
         # the side process starts first: its imports overlap steps 1-2, which run on one core
         with SideProcess(jobs=2, modules=SIDE_MODULES) if lanes else contextlib.nullcontext() as side:
-            tts = _stages(cfg, quick, RunPlace(out=str(out), mlflow_uri=mlflow_uri, store=store,
-                                               parent_run_id=parent.run_id, sft_model=""), parent, side, summary)
+            run = RunPlace(out=str(out), mlflow_uri=mlflow_uri, store=store, parent_run_id=parent.run_id)
+            tts = _stages(cfg, quick, run, parent, side, summary)
         for name in ("envace", "grpo_env") if cfg.baseline else ("envace",):
             summary[f"delta_{name}"] = _paired_delta(name)
         summary["tts"], summary["tts_bounds"], summary["tts_reading"] = tts["rows"], tts["bounds"], tts["reading"]

@@ -193,7 +193,7 @@ def sft(cfg: SFTConfig, per_task: TaskSamples | None = None) -> dict:
             stack.enter_context(one_torch_thread())
         params = [p for p in model.parameters() if p.requires_grad]
         adamw = functools.partial(torch.optim.AdamW, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        # with shards the optimizer step runs in the shard threads too (the same update bit for bit)
+        # with shards the optimizer step runs in the shard threads too from 2 M parameters (the same update bit for bit)
         opt = adamw(params) if runner is None else ShardedOptimizer(params, runner, adamw)
         step = _sft_loop(cfg, model, tok, opt, draw, losses, t0, runner)
     save_model(model, tok, out / "model")  # quiet, umask file modes

@@ -12,7 +12,14 @@ import torch
 
 from envace.data.config import DataConfig
 from envace.models.loading import load_policy
-from envace.thread_shards import ShardedOptimizer, ShardRunner, add_grads, balanced_shards, one_torch_thread
+from envace.thread_shards import (
+    PARALLEL_STEP_MIN_PARAMS,
+    ShardedOptimizer,
+    ShardRunner,
+    add_grads,
+    balanced_shards,
+    one_torch_thread,
+)
 from envace.trainers import sft as sft_module
 from envace.trainers.config import SFTConfig
 from envace.trainers.sft import batch_loss, loss_tokens, sft, shard_grads, sharded_batch_grads
@@ -83,20 +90,24 @@ def test_runner_grads_come_back_in_closure_order_and_untouched_params_get_none()
         ShardRunner(1)
 
 
+@pytest.mark.parametrize("min_params", [0, PARALLEL_STEP_MIN_PARAMS])  # in two threads, and whole (a small model)
 @pytest.mark.parametrize("max_norm", [1e-3, 1e6])  # clipped, and not
-def test_the_optimizer_step_in_the_shard_threads_is_the_plain_step_bit_for_bit(samples, tiny_model_dir, max_norm):
+def test_the_optimizer_step_in_the_shard_threads_is_the_plain_step_bit_for_bit(samples, tiny_model_dir, max_norm,
+                                                                              min_params):
     """Three steps from the same shard gradients: ShardedOptimizer (each part summed, normed, scaled and
-    stepped in its thread) against add_grads + clip_grad_norm_ + one AdamW over all parameters."""
+    stepped in its thread; one part on the calling thread below `min_params`) against add_grads +
+    clip_grad_norm_ + one AdamW over all parameters."""
     (acts, _), tok = samples
     plain_model, split_model = load_policy(tiny_model_dir)[0], load_policy(tiny_model_dir)[0]
     adamw = lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1)  # noqa: E731
     plain_params, split_params = list(plain_model.parameters()), list(split_model.parameters())
     plain = adamw(plain_params)
     with ShardRunner(2) as runner, one_torch_thread():
-        split = ShardedOptimizer(split_params, runner, adamw)
-        assert len(split.parts) == 2
+        split = ShardedOptimizer(split_params, runner, adamw, min_params=min_params)
+        parts = 2 if min_params == 0 else 1  # the test model has ~0.1 M parameters
+        assert len(split.parts) == parts
         assert sorted(i for part in split.parts for i in part) == list(range(len(split_params)))
-        assert len(split.param_groups) == 2
+        assert len(split.param_groups) == parts
         for step in range(3):
             _, _, grads = shard_grads(plain_model, acts[4 * step: 4 * step + 6], tok.pad_token_id, True, runner)
             plain.zero_grad(set_to_none=True)
