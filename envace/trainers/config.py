@@ -347,6 +347,10 @@ class SFTConfig(BaseConfig):
                                                        "rounding; envace.thread_shards). None: one per "
                                                        "torch thread of this run; 1: the plain single-pass step. "
                                                        "Ignored on GPU.")
+    fused_norm: bool = Field(True, description="CPU, float32: the model's RMSNorms run with a hand-written "
+                                               "backward (the same forward bit for bit, gradients equal to "
+                                               "float rounding; envace.models.rms_norm); false: transformers' "
+                                               "norms, autograd's backward.")
     progress: bool = Field(True, description="Show a progress bar.")
 
     @model_validator(mode="after")

@@ -11,7 +11,8 @@ the output layer at target positions only (`share_prefix`; the same token-mean l
 full-logits forward); sequences that go on sharing a longer prefix (a domain's system prompt and tools)
 share a trunk of their own (`prefix_groups`). On CPU at more than one torch thread a batch runs in thread
 shards (`shards`, envace.thread_shards): the same gradient up to float rounding, each shard in its own
-thread at one torch thread.
+thread at one torch thread. The model's RMSNorms run with a hand-written backward (`fused_norm`,
+envace.models.rms_norm; CPU, float32).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from envace.cpu_threads import apply_thread_policy
 from envace.data.tasks import load_tasks
 from envace.engines.logprobs import layer_count
 from envace.models.loading import load_policy, pick_device, save_model
+from envace.models.rms_norm import use_fused_rms_norm
 from envace.thread_shards import (
     ShardedOptimizer,
     ShardRunner,
@@ -175,6 +177,8 @@ def sft(cfg: SFTConfig, per_task: TaskSamples | None = None) -> dict:
     device = torch.device(cfg.device) if cfg.device else pick_device()
     tasks = load_tasks(cfg.data)  # before the model: a bad data file fails in a second, not after a load
     model, tok = load_policy(cfg.model, device=device)
+    if cfg.fused_norm:
+        use_fused_rms_norm(model)  # the same norms, a shorter backward (CPU, float32; no-op elsewhere)
     acts, rehs = build_samples(tasks, tok, cfg, per_task)
     if not acts and not rehs:
         raise ValueError(f"no SFT samples fit max_len={cfg.max_len}; raise max_len or check the data")

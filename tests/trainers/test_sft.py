@@ -193,3 +193,19 @@ def test_sft_lowers_both_roles_target_loss(tiny_model_dir, tmp_path, tok):
     after = mean_loss(summary["model_dir"])
     assert summary["steps"] == 40
     assert after["act"] < before["act"] - 1.0 and after["rehearse"] < before["rehearse"] - 1.0, (before, after)
+
+
+def test_fused_norms_train_as_transformers_norms(tiny_model_dir, tmp_path):
+    """SFT with the hand-written norm backward (envace.models.rms_norm) against transformers' norms: the same
+    run up to float rounding, not bit for bit (the swap is in use)."""
+    runs = {}
+    for fused in (True, False):
+        summary = sft(SFTConfig(model=str(tiny_model_dir), out_dir=str(tmp_path / f"sft-{fused}"), steps=4,
+                                batch_size=8, lr=3e-3, warmup_steps=1, progress=False, shards=1, fused_norm=fused,
+                                data=DataConfig(n_tasks=20, seed=0)))
+        model, _ = load_policy(summary["model_dir"])
+        runs[fused] = {name: p.detach() for name, p in model.named_parameters()}
+    start, _ = load_policy(tiny_model_dir)
+    moved = max(float((runs[False][n] - p.detach()).abs().max()) for n, p in start.named_parameters())
+    apart = max(float((runs[True][n] - runs[False][n]).abs().max()) for n in runs[False])
+    assert 0 < apart < 1e-2 * moved, (apart, moved)
