@@ -12,15 +12,16 @@
 steps 1-5 run envace.pipeline's step functions (the ones the Prefect flow and the DVC stages run).
 After SFT the two arms run side by side, one core each: EnvACE RL, its evaluation and the TTS sweep here,
 SFT's evaluation and the GRPO baseline with its evaluation in a side process (envace.side_process) started
-before step 1 (its imports overlap steps 1-2) that also builds half of SFT's samples; each arm's numbers are
-what it computes alone at one torch thread. Everything is tracked in MLflow (one parent run, a child per stage)
-and the trajectory store, then it prints how to open the MLflow UI and the dashboard. `--quick` is a
-one-minute smoke version.
+first: it opens the MLflow database and runs step 1 while this process imports, then imports during step 2
+and builds half of SFT's samples; each arm's numbers are what it computes alone at one torch thread.
+Everything is tracked in MLflow (one parent run, a child per stage) and the trajectory store, then it prints
+how to open the MLflow UI and the dashboard. `--quick` is a one-minute smoke version.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import time
 from pathlib import Path
@@ -123,9 +124,25 @@ class RunPlace(BaseModel):
         return str(Layout.under(Path(self.out)).sft_model)
 
 
-# what the side process imports while steps 1-2 run: what its share of SFT's samples needs (the baseline
-# lane's own imports come later, inside the lane, which has time to spare beside EnvACE's)
+# what the side process imports after its first job, while step 2 runs: what its share of SFT's samples needs
+# (the baseline lane's own imports come later, inside the lane, which has time to spare beside EnvACE's)
 SIDE_MODULES = ("envace.trainers.sft_samples", "transformers")
+# what this process imports while the side process runs its first job (MLflow, transformers, torch's training)
+MAIN_MODULES = ("envace.tracking.mlflow_run", "envace.models.tiny", "envace.trainers.sft")
+
+
+def _splits(cfg: DemoConfig, quick: bool) -> dict[str, int]:
+    return {"train": 200 if quick else 2000, "val": 50, "test": cfg.eval_tasks}
+
+
+def open_tracking_and_export(mlflow_uri: str, data_dir: str, counts: dict[str, int], seed: int) -> None:
+    """The side process's first job, run while the demo's own process imports: the MLflow database's tables
+    (created once, under envace.tracking.mlflow_run's lock) and step 1's splits."""
+    from envace.pipeline import build_data
+    from envace.tracking.mlflow_run import tracking_client
+
+    tracking_client(mlflow_uri)
+    build_data(data_dir, counts, seed)
 
 
 def _task_samples_in_two(side: SideProcess):
@@ -183,8 +200,12 @@ def _stages(cfg: DemoConfig, quick: bool, run: RunPlace, parent: Any, side: Side
 
     out = Path(run.out)
     layout = Layout.under(out)  # data, model and SFT model where the pipeline flow puts them
-    _say("1/7 tool world: exporting splits")
-    build_data(layout.data, {"train": 200 if quick else 2000, "val": 50, "test": cfg.eval_tasks}, cfg.seed)
+    if side is None:
+        _say("1/7 tool world: exporting splits")
+        build_data(layout.data, _splits(cfg, quick), cfg.seed)
+    else:  # step 1 ran there (`open_tracking_and_export`); next it imports for its half of SFT's samples
+        side.result()
+        side.preload(SIDE_MODULES)
     parent.set_tags({f"data.{k}": v for k, v in input_hashes([layout.data]).items()})
     _say("2/7 tiny model: tokenizer + Qwen3-architecture model")
     model_dir = build_model(layout.model, cfg.corpus_tasks, TinyModelConfig(seed=cfg.seed))
@@ -213,6 +234,7 @@ def _stages(cfg: DemoConfig, quick: bool, run: RunPlace, parent: Any, side: Side
 
 
 def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = None) -> dict[str, Any]:
+    from envace.pipeline import Layout
     from envace.tracking.locations import Kind, locations
     from envace.tracking.run_record import tracked_run
 
@@ -223,12 +245,19 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
     mlflow_uri, store = loc.mlflow_uri, loc.store_url
     t_start = time.perf_counter()
     summary: dict[str, Any] = {}
-    with tracked_run(mlflow_uri, "envace-demo", "demo", cfg, kind="demo") as parent:
-        lanes = cfg.baseline and cfg.side_by_side and usable_cpus() >= 2
-        # the side process starts first: its imports overlap steps 1-2, which run on one core
-        with SideProcess(jobs=2, modules=SIDE_MODULES) if lanes else contextlib.nullcontext() as side:
-            run = RunPlace(out=str(out), mlflow_uri=mlflow_uri, store=store, parent_run_id=parent.run_id)
-            tts = _stages(cfg, quick, run, parent, side, summary)
+    lanes = cfg.baseline and cfg.side_by_side and usable_cpus() >= 2
+    # the side process starts first: it opens the MLflow database and runs step 1 while this process imports,
+    # then imports for its half of SFT's samples while step 2 runs here
+    with SideProcess(jobs=2) if lanes else contextlib.nullcontext() as side, contextlib.ExitStack() as stack:
+        if side:
+            _say("1/7 tool world: exporting splits (side process)")
+            side.submit(open_tracking_and_export, mlflow_uri, str(Layout.under(out).data), _splits(cfg, quick),
+                        cfg.seed)
+            for name in MAIN_MODULES:
+                importlib.import_module(name)
+        parent = stack.enter_context(tracked_run(mlflow_uri, "envace-demo", "demo", cfg, kind="demo"))
+        run = RunPlace(out=str(out), mlflow_uri=mlflow_uri, store=store, parent_run_id=parent.run_id)
+        tts = _stages(cfg, quick, run, parent, side, summary)
         for name in ("envace", "grpo_env") if cfg.baseline else ("envace",):
             summary[f"delta_{name}"] = _paired_delta(name)
         summary["tts"], summary["tts_bounds"], summary["tts_reading"] = tts["rows"], tts["bounds"], tts["reading"]

@@ -9,10 +9,10 @@ two processes share neither, so each lane's numbers are what it computes alone a
 The child is started with `spawn` (never a fork of a process that holds threads) and with
 ENVACE_CPU_JOBS set to the lanes on the machine (envace.cpu_threads), so it takes its share of the cores.
 
-Errors: an exception in the job is raised again from `result()` with the child's traceback in its
-message; a child that dies without an answer is a RuntimeError naming its exit code; `close()` ends a
-child still running (the caller failed first). This is an execution choice of the embedded CPU backend,
-not part of the method.
+Errors: an exception in the job, or in an import asked for before it (`preload`), is raised again from
+`result()` with the child's traceback in its message; a child that dies without an answer is a
+RuntimeError naming its exit code; `close()` ends a child still running (the caller failed first).
+This is an execution choice of the embedded CPU backend, not part of the method.
 """
 
 from __future__ import annotations
@@ -27,13 +27,30 @@ from typing import Any
 from envace.cpu_threads import apply_thread_policy, cpu_jobs
 
 
+def _import_all(modules: Sequence[str]) -> str | None:
+    """Import `modules`; the first failure as an error report (None when all imported)."""
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    except Exception as exc:  # reported with the next job's answer
+        return f"importing {name} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+    return None
+
+
 def _serve(conn: Connection, modules: Sequence[str]) -> None:
-    """The child: thread policy, imports, then one job (fn, args) at a time until told to stop (None)."""
+    """The child: thread policy, imports, then one job (fn, args) at a time until told to stop (None). A job
+    with fn None imports `args` and answers nothing; a failed import is the answer to the job after it."""
     apply_thread_policy(None)
-    for name in modules:
-        importlib.import_module(name)
+    failed = _import_all(modules)
     while (job := conn.recv()) is not None:
         fn, args = job
+        if fn is None:
+            failed = failed or _import_all(args)
+            continue
+        if failed:
+            conn.send(("error", failed))
+            failed = None
+            continue
         try:
             conn.send(("ok", fn(*args)))
         except Exception as exc:  # every failure goes back to the parent, which raises it
@@ -54,6 +71,11 @@ class SideProcess:
             self._proc.start()
         child_conn.close()
         self._busy = False
+
+    def preload(self, modules: Sequence[str]) -> None:
+        """Have the child import `modules` once its current job is done, while the caller goes on (nothing to
+        collect; an import that fails is raised by the next `result()`)."""
+        self._conn.send((None, list(modules)))
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run fn(*args) in the child (fn importable by name, args picklable)."""

@@ -1,6 +1,6 @@
 """The side process: a job runs in the child and its result comes back; the child imports before the job
-and takes its share of the cores; a failed job, a dead child and a job left running are errors or a
-clean stop in the parent, never a hang."""
+(and between jobs when asked) and takes its share of the cores; a failed job, a failed import, a dead
+child and a job left running are errors or a clean stop in the parent, never a hang."""
 
 from __future__ import annotations
 
@@ -64,6 +64,24 @@ def test_one_job_at_a_time(side):
     with pytest.raises(RuntimeError, match="still running a job"):
         side.submit(describe, 3)
     assert side.result()["double"] == 4
+
+
+def imported(name: str) -> bool:
+    return name in sys.modules
+
+
+def test_preload_imports_between_jobs_and_a_failed_import_is_the_next_jobs_error(side):
+    side.submit(imported, "email.mime.text")
+    assert side.result() is False
+    side.preload(["email.mime.text"])
+    side.submit(imported, "email.mime.text")
+    assert side.result() is True
+    side.preload(["envace_no_such_module"])
+    side.submit(describe, 5)
+    with pytest.raises(RuntimeError, match=r"importing envace_no_such_module failed: ModuleNotFoundError"):
+        side.result()
+    side.submit(describe, 5)  # the child serves on
+    assert side.result()["double"] == 10
 
 
 def test_a_child_that_dies_is_an_error_with_its_exit_code():
