@@ -1,0 +1,114 @@
+"""The SFT step as `envace sft` runs it on CPU, with transformers' RMSNorms and torch's for-loop AdamW (the
+baseline) against the hand-written norm backward (`SFTConfig.fused_norm`, envace.models.rms_norm) and then
+also torch's fused AdamW kernel, on the demo's SFT work.
+
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/sft_norm_step.py                 # two thread shards, as the demo
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/sft_norm_step.py --threads 1     # the plain one-pass step
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/sft_norm_step.py --batches 20 --repeats 3   # quick
+
+Work: the demo's tiny model (`build_model`, 600 corpus tasks, seed 0, in a temp dir), its SFT samples
+(`--tasks` tool-world tasks, seed 0) and `--batches` batches (16 sequences of one role, `BatchDrawer`,
+seed 0). Each arm holds its own copy of the model (the same starting weights) and its own optimizer, and
+takes the same batches as whole SFT steps: forward and backward (`shard_grads` over `--threads` thread
+shards, or `batch_loss` at one thread), clipping at 1.0 and the AdamW step (`ShardedOptimizer` with shards).
+Arms rotate `--repeats` times after one warm-up pass each; the script prints each repeat's seconds per
+step, each arm's median and its ratio to the baseline, the per-repeat ratios' spread, and the largest
+difference of the first batch's loss between the arms (their forwards are the same ops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tasks", type=int, default=3000)
+    ap.add_argument("--threads", type=int, default=2, help="thread shards (1: the one-pass step)")
+    args = ap.parse_args()
+
+    from envace.data.config import DataConfig
+    from envace.data.tasks import load_tasks
+    from envace.models.loading import load_policy
+    from envace.models.rms_norm import use_fused_rms_norm
+    from envace.models.tiny import TinyModelConfig
+    from envace.pipeline import build_model
+    from envace.thread_shards import ShardedOptimizer, ShardRunner, one_torch_thread
+    from envace.trainers.config import SFTConfig
+    from envace.trainers.sft import BatchDrawer, batch_loss, shard_grads
+    from envace.trainers.sft_samples import build_samples
+
+    torch.set_num_threads(1)
+    tmp = Path(tempfile.mkdtemp(prefix="envace-sft-norm-bench-"))
+    model_dir = build_model(tmp / "model", 600, TinyModelConfig(seed=0))
+    cfg = SFTConfig(model=str(model_dir), data=DataConfig(n_tasks=args.tasks, seed=0))
+    base_model, tok = load_policy(model_dir, device="cpu")
+    acts, rehs = build_samples(load_tasks(cfg.data), tok, cfg)
+    draw = BatchDrawer(acts, rehs, cfg, random.Random(0))
+    batches = [draw() for _ in range(args.batches)]
+    runner = ShardRunner(args.threads) if args.threads > 1 else None
+
+    def arm(fused_norm: bool, fused_adamw: bool):
+        model = copy.deepcopy(base_model)
+        if fused_norm:
+            assert use_fused_rms_norm(model) > 0
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        adamw = functools.partial(torch.optim.AdamW, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused_adamw)
+        opt = adamw(params) if runner is None else ShardedOptimizer(params, runner, adamw)
+
+        def step(b) -> float:
+            if runner is None:
+                loss, _ = batch_loss(model, b, tok.pad_token_id, True)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                opt.step()
+            else:
+                loss, _, grads = shard_grads(model, b, tok.pad_token_id, True, runner)
+                opt.step(grads, 1.0)
+            return float(loss.detach())
+
+        return model, step
+
+    baseline = "transformers' norms, for-loop AdamW"
+    arms = {baseline: arm(False, False), "fused norms, for-loop AdamW": arm(True, False),
+            "fused norms, fused AdamW (sft now)": arm(True, True)}
+    names = list(arms)
+    with one_torch_thread():
+        first = {n: arms[n][1](batches[0]) for n in names}  # one warm-up step each, the same first batch
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for rep in range(args.repeats):
+            for name in names[rep % len(names):] + names[:rep % len(names)]:
+                t = time.perf_counter()
+                for b in batches:
+                    arms[name][1](b)
+                times[name].append((time.perf_counter() - t) / len(batches))
+            print(f"repeat {rep}: " + ", ".join(f"{n} {times[n][-1] * 1e3:.1f} ms/step" for n in names), flush=True)
+    if runner is not None:
+        runner.close()
+    spread = max(abs(first[n] - first[baseline]) for n in names)
+    print(f"{len(acts)} Act and {len(rehs)} Rehearse samples, {args.batches} batches; first batch's loss: largest "
+          f"difference between arms {spread:.1e}")
+    base = statistics.median(times[baseline])
+    shards = f"{args.threads} thread shards" if runner is not None else "one pass, one thread"
+    print(f"median ms per SFT step ({shards}), ratio to {baseline} (the baseline), per-repeat ratios:")
+    for n in names:
+        ratios = [t / b for t, b in zip(times[n], times[baseline])]
+        print(f"  {n:38s} {statistics.median(times[n]) * 1e3:6.1f} ms  x{statistics.median(times[n]) / base:.3f}"
+              f"  [{min(ratios):.3f}, {max(ratios):.3f}]")
+
+
+if __name__ == "__main__":
+    main()
