@@ -196,10 +196,7 @@ def sft(cfg: SFTConfig, per_task: TaskSamples | None = None) -> dict:
         if runner is not None:
             stack.enter_context(one_torch_thread())
         params = [p for p in model.parameters() if p.requires_grad]
-        # on CPU torch's fused AdamW kernel: the same update to float rounding, one pass per tensor instead of
-        # a dozen small ops (the demo's step 2.7 ms against 4.5 ms, all cores but one idle meanwhile)
-        adamw = functools.partial(torch.optim.AdamW, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                  fused=True if device.type == "cpu" else None)
+        adamw = functools.partial(torch.optim.AdamW, lr=cfg.lr, weight_decay=cfg.weight_decay)
         # with shards the optimizer step runs in the shard threads too from 2 M parameters (the same update bit for bit)
         opt = adamw(params) if runner is None else ShardedOptimizer(params, runner, adamw)
         step = _sft_loop(cfg, model, tok, opt, draw, losses, t0, runner)
