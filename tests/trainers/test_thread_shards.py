@@ -90,17 +90,16 @@ def test_runner_grads_come_back_in_closure_order_and_untouched_params_get_none()
         ShardRunner(1)
 
 
-@pytest.mark.parametrize("fused", [False, True])  # torch's for-loop AdamW, and its fused kernel (SFT on CPU)
 @pytest.mark.parametrize("min_params", [0, PARALLEL_STEP_MIN_PARAMS])  # in two threads, and whole (a small model)
 @pytest.mark.parametrize("max_norm", [1e-3, 1e6])  # clipped, and not
 def test_the_optimizer_step_in_the_shard_threads_is_the_plain_step_bit_for_bit(samples, tiny_model_dir, max_norm,
-                                                                              min_params, fused):
+                                                                              min_params):
     """Three steps from the same shard gradients: ShardedOptimizer (each part summed, normed, scaled and
     stepped in its thread; one part on the calling thread below `min_params`) against add_grads +
     clip_grad_norm_ + one AdamW over all parameters."""
     (acts, _), tok = samples
     plain_model, split_model = load_policy(tiny_model_dir)[0], load_policy(tiny_model_dir)[0]
-    adamw = lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=fused)  # noqa: E731
+    adamw = lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1)  # noqa: E731
     plain_params, split_params = list(plain_model.parameters()), list(split_model.parameters())
     plain = adamw(plain_params)
     with ShardRunner(2) as runner, one_torch_thread():
