@@ -248,24 +248,25 @@ def run_demo(out_dir: str | Path, quick: bool = False, cfg: DemoConfig | None = 
     lanes = cfg.baseline and cfg.side_by_side and usable_cpus() >= 2
     # the side process starts first: it opens the MLflow database and runs step 1 while this process imports,
     # then imports for its half of SFT's samples while step 2 runs here
-    with SideProcess(jobs=2) if lanes else contextlib.nullcontext() as side, contextlib.ExitStack() as stack:
+    with SideProcess(jobs=2) if lanes else contextlib.nullcontext() as side:
         if side:
             _say("1/7 tool world: exporting splits (side process)")
             side.submit(open_tracking_and_export, mlflow_uri, str(Layout.under(out).data), _splits(cfg, quick),
                         cfg.seed)
             for name in MAIN_MODULES:
                 importlib.import_module(name)
-        parent = stack.enter_context(tracked_run(mlflow_uri, "envace-demo", "demo", cfg, kind="demo"))
-        run = RunPlace(out=str(out), mlflow_uri=mlflow_uri, store=store, parent_run_id=parent.run_id)
-        tts = _stages(cfg, quick, run, parent, side, summary)
-        for name in ("envace", "grpo_env") if cfg.baseline else ("envace",):
-            summary[f"delta_{name}"] = _paired_delta(name)
-        summary["tts"], summary["tts_bounds"], summary["tts_reading"] = tts["rows"], tts["bounds"], tts["reading"]
-        _say("7/7 logging results")
-        table = _table(summary)
-        parent.log_artifact_dict(summary, "demo_summary.json")
-        parent.log_step_metrics(0, {f"{row['model']}/{k}": v for row in table for k, v in row.items()
-                                    if isinstance(v, float)})
+        with tracked_run(mlflow_uri, "envace-demo", "demo", cfg, kind="demo") as parent:
+            run = RunPlace(out=str(out), mlflow_uri=mlflow_uri, store=store, parent_run_id=parent.run_id)
+            tts = _stages(cfg, quick, run, parent, side, summary)
+            for name in ("envace", "grpo_env") if cfg.baseline else ("envace",):
+                summary[f"delta_{name}"] = _paired_delta(name)
+            summary["tts"], summary["tts_bounds"] = tts["rows"], tts["bounds"]
+            summary["tts_reading"] = tts["reading"]
+            _say("7/7 logging results")
+            table = _table(summary)
+            parent.log_artifact_dict(summary, "demo_summary.json")
+            parent.log_step_metrics(0, {f"{row['model']}/{k}": v for row in table for k, v in row.items()
+                                        if isinstance(v, float)})
     summary["wall_s"] = time.perf_counter() - t_start
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     _print_table(table)
