@@ -7,11 +7,11 @@ like any change of rounding it trains other weights), on the demo's SFT work.
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/sft_norm_step.py --threads 1     # the plain one-pass step
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/sft_norm_step.py --batches 20 --repeats 3   # quick
 
-Work: the demo's tiny model (`build_model`, 600 corpus tasks, seed 0, in a temp dir), its SFT samples
-(`--tasks` tool-world tasks, seed 0) and `--batches` batches (16 sequences of one role, `BatchDrawer`,
-seed 0). Each arm holds its own copy of the model (the same starting weights) and its own optimizer, and
-takes the same batches as whole SFT steps: forward and backward (`shard_grads` over `--threads` thread
-shards, or `batch_loss` at one thread), clipping at 1.0 and the AdamW step (`ShardedOptimizer` with shards).
+Work: the demo's tiny model, its SFT samples (`--tasks` tool-world tasks) and `--batches` batches, as
+`bench/sft_step_bench.py` builds them (`demo_sft_work`). Each arm holds its own copy of the model (the same
+starting weights) and its own optimizer, and takes the same batches as whole SFT steps: forward and backward
+(`shard_grads` over `--threads` thread shards, or `batch_loss` at one thread), clipping at 1.0 and the AdamW
+step (`ShardedOptimizer` with shards).
 Arms rotate `--repeats` times after one warm-up pass each; the script prints each repeat's seconds per
 step, each arm's median and its ratio to the baseline, the per-repeat ratios' spread, and the largest
 difference of the first batch's loss between the arms (their forwards are the same ops).
@@ -22,11 +22,8 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
-import random
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
@@ -39,25 +36,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="thread shards (1: the one-pass step)")
     args = ap.parse_args()
 
-    from envace.data.config import DataConfig
-    from envace.data.tasks import load_tasks
-    from envace.models.loading import load_policy
+    from sft_step_bench import demo_sft_work  # bench/ is the script's own directory on sys.path
+
     from envace.models.rms_norm import use_fused_rms_norm
-    from envace.models.tiny import TinyModelConfig
-    from envace.pipeline import build_model
     from envace.thread_shards import ShardedOptimizer, ShardRunner, one_torch_thread
-    from envace.trainers.config import SFTConfig
-    from envace.trainers.sft import BatchDrawer, batch_loss, shard_grads
-    from envace.trainers.sft_samples import build_samples
+    from envace.trainers.sft import batch_loss, shard_grads
 
     torch.set_num_threads(1)
-    tmp = Path(tempfile.mkdtemp(prefix="envace-sft-norm-bench-"))
-    model_dir = build_model(tmp / "model", 600, TinyModelConfig(seed=0))
-    cfg = SFTConfig(model=str(model_dir), data=DataConfig(n_tasks=args.tasks, seed=0))
-    base_model, tok = load_policy(model_dir, device="cpu")
-    acts, rehs = build_samples(load_tasks(cfg.data), tok, cfg)
-    draw = BatchDrawer(acts, rehs, cfg, random.Random(0))
-    batches = [draw() for _ in range(args.batches)]
+    base_model, tok, cfg, acts, rehs, batches = demo_sft_work(args.tasks, args.batches, fused_norm=False)
     runner = ShardRunner(args.threads) if args.threads > 1 else None
 
     def arm(fused_norm: bool, fused_adamw: bool):

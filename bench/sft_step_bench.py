@@ -8,15 +8,15 @@ torch thread), on the demo's SFT work.
     OMP_NUM_THREADS=1 .venv/bin/python bench/sft_step_bench.py --batches 10 --repeats 2   # quick
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/sft_step_bench.py --threads 2   # as the demo runs it on 2 cores
 
-Work: the demo's tiny model (`build_model`, 600 corpus tasks, seed 0, built in a temp dir), its SFT samples
-(3,000 tool-world tasks: packed Act conversations and Rehearse calls) and its batches (16 sequences of one
-role, `BatchDrawer`, seed 0); each arm runs the same `--batches` batches as forward + backward + AdamW step
-through `envace.trainers.sft.batch_loss` (the shard arms through `sharded_batch_grads`), `--threads` torch
-threads (default one; an `envace` command runs with OMP_WAIT_POLICY=PASSIVE, which the runtime reads at
-start-up, so set it outside to time what it runs). Arms rotate `--repeats` times; the script prints each
-repeat's seconds per step, the median speed-ups against the padded baseline, the tokens each arm runs per
-batch, and the largest loss difference between the shared-prefix and padded arms on the first batches
-(float32).
+Work (`demo_sft_work`): the demo's tiny model (`build_model`, 600 corpus tasks, seed 0, built in a temp dir;
+its RMSNorms as SFT runs them, `SFTConfig.fused_norm`), its SFT samples (3,000 tool-world tasks: packed Act
+conversations and Rehearse calls) and its batches (16 sequences of one role, `BatchDrawer`, seed 0); each arm
+runs the same `--batches` batches as forward + backward + AdamW step through `envace.trainers.sft.batch_loss`
+(the shard arms through `sharded_batch_grads`), `--threads` torch threads (default one; an `envace` command
+runs with OMP_WAIT_POLICY=PASSIVE, which the runtime reads at start-up, so set it outside to time what it
+runs). Arms rotate `--repeats` times; the script prints each repeat's seconds per step, the median speed-ups
+against the padded baseline, the tokens each arm runs per batch, and the largest loss difference between the
+shared-prefix and padded arms on the first batches (float32).
 """
 
 from __future__ import annotations
@@ -31,6 +31,32 @@ from pathlib import Path
 import torch
 
 
+def demo_sft_work(n_tasks: int, n_batches: int, fused_norm: bool = True):
+    """The demo's tiny model (600 corpus tasks, seed 0, built in a temp dir) loaded on CPU (its RMSNorms
+    swapped as SFT swaps them when `fused_norm`, envace.models.rms_norm), its SFT config, samples of
+    `n_tasks` tool-world tasks (seed 0) and the first `n_batches` batches (`BatchDrawer`, seed 0):
+    (model, tokenizer, config, Act samples, Rehearse samples, batches)."""
+    from envace.data.config import DataConfig
+    from envace.data.tasks import load_tasks
+    from envace.models.loading import load_policy
+    from envace.models.rms_norm import use_fused_rms_norm
+    from envace.models.tiny import TinyModelConfig
+    from envace.pipeline import build_model
+    from envace.trainers.config import SFTConfig
+    from envace.trainers.sft import BatchDrawer
+    from envace.trainers.sft_samples import build_samples
+
+    tmp = Path(tempfile.mkdtemp(prefix="envace-sft-bench-"))
+    model_dir = build_model(tmp / "model", 600, TinyModelConfig(seed=0))
+    cfg = SFTConfig(model=str(model_dir), data=DataConfig(n_tasks=n_tasks, seed=0))
+    model, tok = load_policy(model_dir, device="cpu")
+    if fused_norm:
+        use_fused_rms_norm(model)
+    acts, rehs = build_samples(load_tasks(cfg.data), tok, cfg)
+    draw = BatchDrawer(acts, rehs, cfg, random.Random(0))
+    return model, tok, cfg, acts, rehs, [draw() for _ in range(n_batches)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batches", type=int, default=40)
@@ -40,24 +66,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from envace.data.config import DataConfig
-    from envace.data.tasks import load_tasks
-    from envace.models.loading import load_policy
-    from envace.models.tiny import TinyModelConfig
-    from envace.pipeline import build_model
     from envace.thread_shards import ShardRunner, one_torch_thread
-    from envace.trainers.config import SFTConfig
     from envace.trainers.packing import shared_prefix_packs
-    from envace.trainers.sft import BatchDrawer, batch_loss, sharded_batch_grads
-    from envace.trainers.sft_samples import build_samples
+    from envace.trainers.sft import batch_loss, sharded_batch_grads
 
-    tmp = Path(tempfile.mkdtemp(prefix="envace-sft-bench-"))
-    model_dir = build_model(tmp / "model", 600, TinyModelConfig(seed=0))
-    cfg = SFTConfig(model=str(model_dir), data=DataConfig(n_tasks=args.tasks, seed=0))
-    model, tok = load_policy(model_dir, device="cpu")
-    acts, rehs = build_samples(load_tasks(cfg.data), tok, cfg)
-    draw = BatchDrawer(acts, rehs, cfg, random.Random(0))
-    batches = [draw() for _ in range(args.batches)]
+    model, tok, cfg, acts, rehs, batches = demo_sft_work(args.tasks, args.batches)
     padded = statistics.mean(len(b) * max(len(s.ids) for s in b) for b in batches)
     shared, one_trunk = (statistics.mean(
         sum(p.tokens for p in shared_prefix_packs([s.ids for s in b],
