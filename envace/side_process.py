@@ -37,11 +37,11 @@ def _import_all(modules: Sequence[str]) -> str | None:
     return None
 
 
-def _serve(conn: Connection, modules: Sequence[str]) -> None:
-    """The child: thread policy, imports, then one job (fn, args) at a time until told to stop (None). A job
-    with fn None imports `args` and answers nothing; a failed import is the answer to the job after it."""
+def _serve(conn: Connection) -> None:
+    """The child: thread policy, then one job (fn, args) at a time until told to stop (None). A job with fn
+    None imports `args` and answers nothing; a failed import is the answer to the job after it."""
     apply_thread_policy(None)
-    failed = _import_all(modules)
+    failed = None
     while (job := conn.recv()) is not None:
         fn, args = job
         if fn is None:
@@ -61,16 +61,17 @@ class SideProcess:
     """One child process for jobs that run beside the caller's own work (`submit`, then `result`)."""
 
     def __init__(self, jobs: int, modules: Sequence[str] = ()) -> None:
-        """Start the child at once; it imports `modules` while the caller goes on. `jobs`: how many envace
-        jobs share the machine while it works (the child's torch threads are its share)."""
+        """Start the child at once; it imports `modules` while the caller goes on (`preload`). `jobs`: how many
+        envace jobs share the machine while it works (the child's torch threads are its share)."""
         ctx = multiprocessing.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
         with cpu_jobs(jobs):  # the child's environment is copied when it starts
-            self._proc = ctx.Process(target=_serve, args=(child_conn, list(modules)), name="envace-side",
-                                     daemon=True)
+            self._proc = ctx.Process(target=_serve, args=(child_conn,), name="envace-side", daemon=True)
             self._proc.start()
         child_conn.close()
         self._busy = False
+        if modules:
+            self.preload(modules)
 
     def preload(self, modules: Sequence[str]) -> None:
         """Have the child import `modules` once its current job is done, while the caller goes on (nothing to

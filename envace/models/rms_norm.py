@@ -66,15 +66,10 @@ class FusedRMSNorm(nn.Module):
         self.variance_epsilon = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if hidden_states.dtype != torch.float32 or self.weight.dtype != torch.float32:
-            return self._as_transformers(hidden_states)  # a model cast after loading: transformers' ops
-        if torch.is_grad_enabled() and (hidden_states.requires_grad or self.weight.requires_grad):
+        float32 = hidden_states.dtype == self.weight.dtype == torch.float32
+        if float32 and torch.is_grad_enabled() and (hidden_states.requires_grad or self.weight.requires_grad):
             return RMSNormFunction.apply(hidden_states, self.weight, self.variance_epsilon)
-        rstd = torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-        return self.weight * (hidden_states * rstd)
-
-    def _as_transformers(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """transformers' forward for other dtypes (the norm in float32, cast back), autograd's backward."""
+        # no gradient, or a model cast to another dtype after the swap: transformers' ops (the norm in float32)
         normed = hidden_states.to(torch.float32)
         normed = normed * torch.rsqrt(normed.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
         return self.weight * normed.to(hidden_states.dtype)
