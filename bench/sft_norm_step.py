@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
-import statistics
-import time
 
 import torch
 
@@ -36,7 +34,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="thread shards (1: the one-pass step)")
     args = ap.parse_args()
 
-    from sft_step_bench import demo_sft_work  # bench/ is the script's own directory on sys.path
+    from sft_step_bench import demo_sft_work, print_ratios, time_rotated  # bench/ is on sys.path
 
     from envace.models.rms_norm import use_fused_rms_norm
     from envace.thread_shards import ShardedOptimizer, ShardRunner, one_torch_thread
@@ -75,27 +73,13 @@ def main() -> None:
     names = list(arms)
     with one_torch_thread():
         first = {n: arms[n][1](batches[0]) for n in names}  # one warm-up step each, the same first batch
-        times: dict[str, list[float]] = {n: [] for n in names}
-        for rep in range(args.repeats):
-            for name in names[rep % len(names):] + names[:rep % len(names)]:
-                t = time.perf_counter()
-                for b in batches:
-                    arms[name][1](b)
-                times[name].append((time.perf_counter() - t) / len(batches))
-            print(f"repeat {rep}: " + ", ".join(f"{n} {times[n][-1] * 1e3:.1f} ms/step" for n in names), flush=True)
+        times = time_rotated({n: arms[n][1] for n in names}, batches, args.repeats)
     if runner is not None:
         runner.close()
     spread = max(abs(first[n] - first[baseline]) for n in names)
     print(f"{len(acts)} Act and {len(rehs)} Rehearse samples, {args.batches} batches; first batch's loss: largest "
           f"difference between arms {spread:.1e}")
-    base = statistics.median(times[baseline])
-    shards = f"{args.threads} thread shards" if runner is not None else "one pass, one thread"
-    print(f"median ms per SFT step ({shards}), ratio to {baseline} (the baseline), per-repeat ratios:")
-    for n in names:
-        ratios = [t / b for t, b in zip(times[n], times[baseline])]
-        print(f"  {n:38s} {statistics.median(times[n]) * 1e3:6.1f} ms  x{statistics.median(times[n]) / base:.3f}"
-              f"  [{min(ratios):.3f}, {max(ratios):.3f}]")
-
+    print_ratios(times, baseline, f"{args.threads} thread shards" if runner is not None else "one pass, one thread")
 
 if __name__ == "__main__":
     main()

@@ -57,6 +57,32 @@ def demo_sft_work(n_tasks: int, n_batches: int, fused_norm: bool = True):
     return model, tok, cfg, acts, rehs, [draw() for _ in range(n_batches)]
 
 
+def time_rotated(arms: dict, batches: list, repeats: int) -> dict[str, list[float]]:
+    """Each arm's seconds per batch in each of `repeats` passes over `batches`, the arms' order rotating by
+    one each repeat; prints every repeat's ms per step."""
+    names = list(arms)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for rep in range(repeats):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            t = time.perf_counter()
+            for b in batches:
+                arms[name](b)
+            times[name].append((time.perf_counter() - t) / len(batches))
+        print(f"repeat {rep}: " + ", ".join(f"{n} {times[n][-1] * 1e3:.1f} ms/step" for n in names), flush=True)
+    return times
+
+
+def print_ratios(times: dict[str, list[float]], baseline: str, how: str) -> None:
+    """Each arm's median ms per step, its ratio to `baseline`'s median and the per-repeat ratios' range."""
+    base = statistics.median(times[baseline])
+    print(f"median ms per SFT step ({how}), ratio to {baseline} (the baseline), per-repeat ratios:")
+    width = max(len(n) for n in times)
+    for n, ts in times.items():
+        ratios = [t / b for t, b in zip(ts, times[baseline])]
+        print(f"  {n:{width}s} {statistics.median(ts) * 1e3:6.1f} ms  x{statistics.median(ts) / base:.3f}"
+              f"  [{min(ratios):.3f}, {max(ratios):.3f}]")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batches", type=int, default=40)
@@ -99,17 +125,16 @@ def main() -> None:
     if runner is not None:
         arms[f"one trunk, {args.threads} thread shards"] = lambda b: sharded(b, False)
         arms[f"shared prefix, {args.threads} thread shards"] = lambda b: sharded(b, True)
+
+    def with_update(one_batch):
+        def step(b) -> None:
+            one_batch(b)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        return step
+
     names = list(arms)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for rep in range(args.repeats):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
-            t = time.perf_counter()
-            for b in batches:
-                arms[name](b)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-            times[name].append((time.perf_counter() - t) / len(batches))
-        print(f"repeat {rep}: " + ", ".join(f"{n} {times[n][-1]:.3f} s/step" for n in names))
+    times = time_rotated({n: with_update(arms[n]) for n in names}, batches, args.repeats)
     if runner is not None:
         runner.close()
     base = statistics.median(times["padded full logits"])
@@ -119,6 +144,7 @@ def main() -> None:
     for n in names:
         med = statistics.median(times[n])
         print(f"  {n:34s} {med:.3f} s/step  x{base / med:.2f}")
+
 
 if __name__ == "__main__":
     main()
