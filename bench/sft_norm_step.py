@@ -12,7 +12,7 @@ Work: the demo's tiny model, its SFT samples (`--tasks` tool-world tasks) and `-
 starting weights) and its own optimizer, and takes the same batches as whole SFT steps: forward and backward
 (`shard_grads` over `--threads` thread shards, or `batch_loss` at one thread), clipping at 1.0 and the AdamW
 step (`ShardedOptimizer` with shards).
-Arms rotate `--repeats` times after one warm-up pass each; the script prints each repeat's seconds per
+Arms rotate `--repeats` times after one warm-up pass each; the script prints each repeat's ms per
 step, each arm's median and its ratio to the baseline, the per-repeat ratios' spread, and the largest
 difference of the first batch's loss between the arms (their forwards are the same ops).
 """
@@ -80,6 +80,7 @@ def main() -> None:
     print(f"{len(acts)} Act and {len(rehs)} Rehearse samples, {args.batches} batches; first batch's loss: largest "
           f"difference between arms {spread:.1e}")
     print_ratios(times, baseline, f"{args.threads} thread shards" if runner is not None else "one pass, one thread")
+
 
 if __name__ == "__main__":
     main()

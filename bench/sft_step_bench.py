@@ -14,7 +14,7 @@ conversations and Rehearse calls) and its batches (16 sequences of one role, `Ba
 runs the same `--batches` batches as forward + backward + AdamW step through `envace.trainers.sft.batch_loss`
 (the shard arms through `sharded_batch_grads`), `--threads` torch threads (default one; an `envace` command
 runs with OMP_WAIT_POLICY=PASSIVE, which the runtime reads at start-up, so set it outside to time what it
-runs). Arms rotate `--repeats` times; the script prints each repeat's seconds per step, the median speed-ups
+runs). Arms rotate `--repeats` times; the script prints each repeat's ms per step, the median speed-ups
 against the padded baseline, the tokens each arm runs per batch, and the largest loss difference between the
 shared-prefix and padded arms on the first batches (float32).
 """
